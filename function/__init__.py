@@ -1,0 +1,1 @@
+"""function-cluster-plugin: staged Cluster API add-ons on AWS, as a Crossplane composition function."""

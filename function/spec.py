@@ -1,0 +1,496 @@
+"""The ClusterPlugin XR spec and the step Input, as Pydantic models.
+
+These models are the single source of the error messages a user sees for bad
+input: every validation error becomes one FATAL result naming the field
+(``spec.storage.ebs.values``) and what is allowed. The XRDs in ``apis/`` and the
+Input CRD in ``package/input/`` describe the same shapes for the API server.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+# Fields Crossplane itself writes into an XR's spec (v1 legacy XRs keep them at
+# the top of spec, v2 XRs under spec.crossplane). They are not ours to judge.
+CROSSPLANE_SPEC_FIELDS = frozenset(
+    {
+        "crossplane",
+        "compositionRef",
+        "compositionRevisionRef",
+        "compositionRevisionSelector",
+        "compositionSelector",
+        "compositionUpdatePolicy",
+        "compositeDeletePolicy",
+        "claimRef",
+        "environmentConfigRefs",
+        "publishConnectionDetailsTo",
+        "resourceRefs",
+        "writeConnectionSecretToRef",
+    }
+)
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d+$")
+FILE_SYSTEM_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
+CIDR_V4 = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
+DURATION = re.compile(r"^(\d+h)?(\d+m)?(\d+s)?$")
+
+
+class InvalidInputError(ValueError):
+    """Bad XR spec or step input: one FATAL result naming ``field``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _values_object(v: Any) -> Any:
+    # Helm values must be a map; a list or a string here is a user mistake
+    # Helm would only report at install time, on the workload cluster.
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        msg = f"must be an object of Helm values (got {type(v).__name__})"
+        raise ValueError(msg)  # noqa: TRY004  # Pydantic wants ValueError here.
+    return v
+
+
+HelmValues = Annotated[dict[str, Any], BeforeValidator(_values_object)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def _check_version(v: str | None) -> str | None:
+    if v is not None and not CHART_VERSION.match(v):
+        msg = f"{v!r} is not a chart version (e.g. 1.22.4 or v3.32.1)"
+        raise ValueError(msg)
+    return v
+
+
+class AddonSpec(_Strict):
+    """Fields every add-on shares: a chart version override and extra values."""
+
+    version: str | None = None
+    values: HelmValues = Field(default_factory=dict)
+
+    _version = field_validator("version")(_check_version)
+
+
+class AmazonVPCSpec(AddonSpec):
+    """Amazon VPC CNI (aws-vpc-cni chart, IRSA role with AmazonEKS_CNI_Policy)."""
+
+
+class CalicoEncapsulation(StrEnum):
+    """Calico IP pool encapsulation."""
+
+    IPIP = "IPIP"
+    VXLAN = "VXLAN"
+    NONE = "None"
+
+
+class CalicoSpec(AddonSpec):
+    """Calico through the tigera-operator chart (no IAM role)."""
+
+    encapsulation: CalicoEncapsulation = CalicoEncapsulation.IPIP
+    cidr: str | None = None
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is not None and not CIDR_V4.match(v):
+            msg = f"{v!r} is not an IPv4 CIDR such as 192.168.0.0/16"
+            raise ValueError(msg)
+        return v
+
+
+class NetworkingSpec(_Strict):
+    """At most one CNI."""
+
+    amazon_vpc: AmazonVPCSpec | None = Field(default=None, alias="amazonVPC")
+    calico: CalicoSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_cni(self) -> NetworkingSpec:
+        if self.amazon_vpc is not None and self.calico is not None:
+            msg = "set at most one of amazonVPC and calico: a cluster runs one CNI"
+            raise ValueError(msg)
+        return self
+
+
+class EBSSpec(AddonSpec):
+    """AWS EBS CSI driver."""
+
+    default_storage_class: bool = Field(default=False, alias="defaultStorageClass")
+
+
+class EFSSpec(AddonSpec):
+    """AWS EFS CSI driver; a StorageClass is created when fileSystemId is given."""
+
+    file_system_id: str | None = Field(default=None, alias="fileSystemId")
+
+    @field_validator("file_system_id")
+    @classmethod
+    def _fs(cls, v: str | None) -> str | None:
+        if v is not None and not FILE_SYSTEM_ID.match(v):
+            msg = f"{v!r} is not an EFS file system id (fs- followed by hex digits)"
+            raise ValueError(msg)
+        return v
+
+
+class StorageSpec(_Strict):
+    """CSI drivers."""
+
+    ebs: EBSSpec | None = None
+    efs: EFSSpec | None = None
+
+
+class LBCSpec(AddonSpec):
+    """AWS Load Balancer Controller."""
+
+
+class IngressSpec(_Strict):
+    """Ingress controllers."""
+
+    aws_load_balancer_controller: LBCSpec | None = Field(
+        default=None, alias="awsLoadBalancerController"
+    )
+
+
+class IRSAMode(StrEnum):
+    """Where the OIDC issuer for IAM Roles for Service Accounts comes from."""
+
+    SELF_HOSTED = "SelfHosted"
+    EXTERNAL = "External"
+    DISABLED = "Disabled"
+
+
+class CertManagerMode(StrEnum):
+    """Whether the function installs cert-manager for the pod identity webhook."""
+
+    INSTALL = "Install"
+    EXISTING = "Existing"
+
+
+class PodIdentityWebhookSpec(_Strict):
+    """The amazon-eks-pod-identity-webhook (needed on non-EKS clusters)."""
+
+    install: bool = True
+    cert_manager: CertManagerMode = Field(
+        default=CertManagerMode.INSTALL, alias="certManager"
+    )
+
+
+class IRSASpec(_Strict):
+    """IAM Roles for Service Accounts."""
+
+    mode: IRSAMode = IRSAMode.SELF_HOSTED
+    bucket_name: str = Field(default="", alias="bucketName")
+    issuer_url: str = Field(default="", alias="issuerURL")
+    oidc_provider_arn: str = Field(default="", alias="oidcProviderARN")
+    pod_identity_webhook: PodIdentityWebhookSpec = Field(
+        default_factory=PodIdentityWebhookSpec, alias="podIdentityWebhook"
+    )
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> IRSASpec:
+        if self.mode is IRSAMode.EXTERNAL:
+            if not self.issuer_url:
+                msg = "issuerURL is required when mode is External"
+                raise ValueError(msg)
+            if not self.oidc_provider_arn:
+                msg = "oidcProviderARN is required when mode is External"
+                raise ValueError(msg)
+        elif self.issuer_url or self.oidc_provider_arn:
+            msg = (
+                "issuerURL and oidcProviderARN are only allowed when mode is External "
+                f"(mode is {self.mode.value})"
+            )
+            raise ValueError(msg)
+        if self.bucket_name and self.mode is not IRSAMode.SELF_HOSTED:
+            msg = "bucketName is only allowed when mode is SelfHosted"
+            raise ValueError(msg)
+        return self
+
+
+class SecurityGroupMode(StrEnum):
+    """How the function handles the ports add-ons need (DESIGN section 5)."""
+
+    AUTO = "Auto"
+    ALWAYS = "Always"
+    NEVER = "Never"
+
+
+class SecurityGroupsSpec(_Strict):
+    """Security-group handling."""
+
+    manage: SecurityGroupMode = SecurityGroupMode.AUTO
+
+
+class ClusterPluginSpec(_Strict):
+    """The spec shared by ClusterPlugin (v2, namespaced) and XClusterPlugin (legacy)."""
+
+    # Crossplane's own machinery fields (compositionRef, resourceRefs...) are
+    # dropped before validation, see parse_spec.
+    cluster_name: str = Field(alias="clusterName", min_length=1, max_length=63)
+    cluster_namespace: str | None = Field(default=None, alias="clusterNamespace")
+    region: str | None = None
+    networking: NetworkingSpec = Field(default_factory=NetworkingSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    ingress: IngressSpec = Field(default_factory=IngressSpec)
+    irsa: IRSASpec = Field(default_factory=IRSASpec)
+    security_groups: SecurityGroupsSpec = Field(
+        default_factory=SecurityGroupsSpec, alias="securityGroups"
+    )
+
+    @field_validator("cluster_name", "cluster_namespace")
+    @classmethod
+    def _dns(cls, v: str | None) -> str | None:
+        if v is not None and not DNS_LABEL.match(v):
+            msg = f"{v!r} is not a Kubernetes name (lower-case letters, digits and '-')"
+            raise ValueError(msg)
+        return v
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str | None) -> str | None:
+        if v is not None and not REGION.match(v):
+            msg = f"{v!r} is not an AWS region such as us-east-1, cn-north-1 or us-gov-west-1"
+            raise ValueError(msg)
+        return v
+
+    @property
+    def wants_aws(self) -> bool:
+        """Whether any wanted add-on needs an IAM role."""
+        return any(
+            (
+                self.networking.amazon_vpc,
+                self.storage.ebs,
+                self.storage.efs,
+                self.ingress.aws_load_balancer_controller,
+            )
+        )
+
+
+# --- step input ------------------------------------------------------------
+
+
+class ChartSource(_Strict):
+    """Where a chart comes from. ``repository`` may be an https or oci:// URL."""
+
+    repository: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    version: str
+    pull_secret_ref: dict[str, str] | None = Field(default=None, alias="pullSecretRef")
+
+    _version = field_validator("version")(_check_version)
+
+    @field_validator("repository")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not v.startswith(("https://", "http://", "oci://")):
+            msg = f"{v!r} must be an https://, http:// or oci:// chart repository URL"
+            raise ValueError(msg)
+        return v.rstrip("/")
+
+
+EKS_CHARTS = "https://aws.github.io/eks-charts"
+CALICO_CHARTS = "https://docs.tigera.io/calico/charts"
+
+
+class Charts(_Strict):
+    """Chart source per add-on; defaults are the versions this release was tested with."""
+
+    vpc_cni: ChartSource = Field(
+        default=ChartSource(repository=EKS_CHARTS, name="aws-vpc-cni", version="1.22.4"),
+        alias="vpcCni",
+    )
+    calico_crds: ChartSource = Field(
+        default=ChartSource(
+            repository=CALICO_CHARTS, name="crd.projectcalico.org.v1", version="v3.32.1"
+        ),
+        alias="calicoCrds",
+    )
+    calico: ChartSource = Field(
+        default=ChartSource(repository=CALICO_CHARTS, name="tigera-operator", version="v3.32.1")
+    )
+    ebs: ChartSource = Field(
+        default=ChartSource(
+            repository="https://kubernetes-sigs.github.io/aws-ebs-csi-driver",
+            name="aws-ebs-csi-driver",
+            version="2.64.0",
+        )
+    )
+    efs: ChartSource = Field(
+        default=ChartSource(
+            repository="https://kubernetes-sigs.github.io/aws-efs-csi-driver",
+            name="aws-efs-csi-driver",
+            version="4.4.1",
+        )
+    )
+    load_balancer_controller: ChartSource = Field(
+        default=ChartSource(
+            repository=EKS_CHARTS, name="aws-load-balancer-controller", version="3.5.0"
+        ),
+        alias="loadBalancerController",
+    )
+    cert_manager: ChartSource = Field(
+        default=ChartSource(
+            repository="https://charts.jetstack.io", name="cert-manager", version="v1.21.1"
+        ),
+        alias="certManager",
+    )
+    pod_identity_webhook: ChartSource = Field(
+        default=ChartSource(
+            repository="https://jkroepke.github.io/helm-charts",
+            name="amazon-eks-pod-identity-webhook",
+            version="2.6.5",
+        ),
+        alias="podIdentityWebhook",
+    )
+
+
+def _seconds(v: Any) -> Any:
+    # Accept Go-style durations ("30s", "10m", "1h30m") as well as plain seconds.
+    if isinstance(v, str):
+        m = DURATION.match(v)
+        if not v or not m:
+            msg = f"{v!r} is not a duration such as 30s, 10m or 1h"
+            raise ValueError(msg)
+        h, mi, s = (int(g[:-1]) if g else 0 for g in m.groups())
+        return h * 3600 + mi * 60 + s
+    return v
+
+
+Seconds = Annotated[int, BeforeValidator(_seconds), Field(ge=1, le=86400)]
+
+
+class TTL(_Strict):
+    """How soon Crossplane calls the function again."""
+
+    waiting: Seconds = 30
+    ready: Seconds = 600
+
+
+class ProviderConfigRef(_Strict):
+    """A provider config reference for composed AWS resources."""
+
+    name: str = "default"
+    # Namespaced managed resources name the kind; legacy ones ignore it.
+    kind: Literal["ProviderConfig", "ClusterProviderConfig"] = "ClusterProviderConfig"
+
+
+class ClusterAPIVersions(_Strict):
+    """API versions used to ask Crossplane for the Cluster API objects."""
+
+    cluster: str = "cluster.x-k8s.io/v1beta2"
+    kubeadm_control_plane: str = Field(
+        default="controlplane.cluster.x-k8s.io/v1beta2", alias="kubeadmControlPlane"
+    )
+    aws_managed_control_plane: str = Field(
+        default="controlplane.cluster.x-k8s.io/v1beta2", alias="awsManagedControlPlane"
+    )
+    aws_cluster: str = Field(default="infrastructure.cluster.x-k8s.io/v1beta2", alias="awsCluster")
+    aws_managed_cluster: str = Field(
+        default="infrastructure.cluster.x-k8s.io/v1beta2", alias="awsManagedCluster"
+    )
+    # Crossplane 1.x selects by label only and does not know the Cluster's refs,
+    # so it needs to be told which control-plane kind to list.
+    legacy_control_plane_kind: Literal["KubeadmControlPlane", "AWSManagedControlPlane"] = Field(
+        default="KubeadmControlPlane", alias="legacyControlPlaneKind"
+    )
+
+
+class StepInput(_Strict):
+    """The function's step input (``fn.clusterplugin.dev/v1alpha1``, kind ``Input``)."""
+
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+    name_prefix: str = Field(default="", alias="namePrefix", max_length=20)
+    charts: Charts = Field(default_factory=Charts)
+    ttl: TTL = Field(default_factory=TTL)
+    aws_provider_config: ProviderConfigRef = Field(
+        default_factory=ProviderConfigRef, alias="awsProviderConfig"
+    )
+    cluster_api: ClusterAPIVersions = Field(
+        default_factory=ClusterAPIVersions, alias="clusterAPI"
+    )
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v and not re.match(r"^[a-z0-9][a-z0-9-]*$", v):
+            msg = f"{v!r} may hold only lower-case letters, digits and '-' (it starts bucket and role names)"
+            raise ValueError(msg)
+        return v
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> StepInput:
+        if self.ttl.waiting > self.ttl.ready:
+            msg = "ttl.waiting must not be longer than ttl.ready"
+            raise ValueError(msg)
+        return self
+
+
+# --- parsing ---------------------------------------------------------------
+
+
+def _field_path(prefix: str, loc: tuple[int | str, ...]) -> str:
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in {"function-after", "function-before"} or "[" in str(part):
+            continue
+        else:
+            path += f".{part}"
+    return path
+
+
+def _first_error(prefix: str, err: ValidationError) -> InvalidInputError:
+    e = err.errors(include_url=False)[0]
+    field = _field_path(prefix, e["loc"])
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling against the ClusterPlugin schema)"
+    elif e["type"] == "missing":
+        msg = "is required"
+    elif e["type"] == "enum":
+        msg = f"must be one of {e.get('ctx', {}).get('expected', '')}; got {e.get('input')!r}"
+    extra = len(err.errors()) - 1
+    if extra:
+        msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
+    return InvalidInputError(field, msg)
+
+
+def parse_spec(spec: dict[str, Any]) -> ClusterPluginSpec:
+    """Validate an XR spec; raise InvalidInputError naming the first bad field."""
+    ours = {k: v for k, v in spec.items() if k not in CROSSPLANE_SPEC_FIELDS}
+    try:
+        return ClusterPluginSpec.model_validate(ours)
+    except ValidationError as err:
+        raise _first_error("spec", err) from None
+
+
+def parse_input(raw: dict[str, Any] | None) -> StepInput:
+    """Validate the step input; raise InvalidInputError naming the first bad field."""
+    try:
+        return StepInput.model_validate(raw or {})
+    except ValidationError as err:
+        raise _first_error("input", err) from None
