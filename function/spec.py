@@ -49,6 +49,21 @@ CIDR_V4 = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
 DURATION = re.compile(r"^(\d+h)?(\d+m)?(\d+s)?$")
 
 
+def s3_bucket_name_problem(name: str) -> str | None:
+    """Why S3 (or the issuer's HTTPS endpoint) would reject ``name``, or None."""
+    if not 3 <= len(name) <= 63:
+        return f"{name!r} must be 3 to 63 characters long"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", name):
+        # S3 also allows dots, but a dotted bucket breaks the TLS certificate of
+        # the virtual-hosted issuer URL, so STS could not fetch the documents.
+        return f"{name!r} may hold only lower-case letters, digits and '-' (no dots), starting and ending with a letter or digit"
+    if name.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or name.endswith(
+        ("-s3alias", "--ol-s3", "--x-s3", "--table-s3")
+    ):
+        return f"{name!r} uses a prefix or suffix S3 reserves"
+    return None
+
+
 class InvalidInputError(ValueError):
     """Bad XR spec or step input: one FATAL result naming ``field``."""
 
@@ -206,6 +221,15 @@ class IRSASpec(_Strict):
     pod_identity_webhook: PodIdentityWebhookSpec = Field(
         default_factory=PodIdentityWebhookSpec, alias="podIdentityWebhook"
     )
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _bucket(cls, v: str) -> str:
+        if v:
+            problem = s3_bucket_name_problem(v)
+            if problem:
+                raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _mode_fields(self) -> IRSASpec:

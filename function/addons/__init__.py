@@ -1,0 +1,1 @@
+"""One module per add-on; each declares its nodes, gates and Helm values."""

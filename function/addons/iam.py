@@ -1,0 +1,65 @@
+"""The IRSA role of an add-on: role, policy attachment, and (LBC) a custom policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from function.graph import Ctx, Gate, Node, Wait, after
+from function.names import IAM_PATH
+from function.policies import trust_policy
+from function.spec import IRSAMode
+
+
+def oidc_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the IAM OIDC provider exists (SelfHosted) or was given (External)."""
+    if ctx.irsa is IRSAMode.SELF_HOSTED:
+        return after("irsa-oidc-provider")(ctx)
+    return None
+
+
+def tags(ctx: Ctx, addon: str) -> dict[str, str]:
+    """Tags on every IAM object: who it belongs to, for audits and preflight."""
+    return {
+        "clusterplugin.dev/cluster": f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
+        "clusterplugin.dev/addon": addon,
+    }
+
+
+def role_nodes(
+    *,
+    node: str,
+    addon: str,
+    namespace: str,
+    service_account: str,
+    policy_arn: Callable[[Ctx], str],
+    policy_gates: tuple[Gate, ...] = (),
+) -> list[Node]:
+    """The role ``node`` and ``<node>-attachment`` for one add-on's service account."""
+
+    def role(ctx: Ctx) -> dict[str, Any]:
+        name = ctx.names.role(addon)
+        return ctx.flavour.managed(
+            "Role",
+            {
+                "assumeRolePolicy": trust_policy(
+                    ctx.oidc_provider_arn(), ctx.issuer_host_path(), namespace, service_account
+                ),
+                "path": IAM_PATH,
+                "description": f"IRSA role of {namespace}/{service_account} in cluster "
+                f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
+                "tags": tags(ctx, addon),
+            },
+            external_name=name,
+        )
+
+    def attachment(ctx: Ctx) -> dict[str, Any]:
+        return ctx.flavour.managed(
+            "RolePolicyAttachment",
+            {"role": ctx.names.role(addon), "policyArn": policy_arn(ctx)},
+        )
+
+    return [
+        Node(node, role, (oidc_ready,)),
+        Node(f"{node}-attachment", attachment, (after(node), *policy_gates)),
+    ]

@@ -1,0 +1,107 @@
+"""AWS Load Balancer Controller: a custom IAM policy (upstream iam_policy.json), role and chart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from function.addons import security_groups
+from function.addons.helm import IRSA_ANNOTATION, release, service_account
+from function.addons.iam import oidc_ready, role_nodes, tags
+from function.graph import (
+    Ctx,
+    MissingFactError,
+    Node,
+    Plugin,
+    Wait,
+    after,
+    cni_ready,
+    control_plane_available,
+    role_ready,
+    webhook_ready,
+)
+from function.names import IAM_PATH
+from function.policies import lbc_policy
+from function.spec import IRSAMode
+
+PLUGIN = "aws-load-balancer-controller"
+ADDON = "lbc"
+NAMESPACE = "kube-system"
+SERVICE_ACCOUNT = "aws-load-balancer-controller"
+ROLE = "lbc-role"
+POLICY = "lbc-policy"
+OWNED = (
+    ("clusterName",),
+    ("serviceAccount", "name"),
+    ("serviceAccount", "annotations", IRSA_ANNOTATION),
+)
+
+
+def policy(ctx: Ctx) -> dict[str, Any]:
+    """The controller's customer-managed policy."""
+    return ctx.flavour.managed(
+        "Policy",
+        {
+            "policy": lbc_policy(ctx.partition),
+            "path": IAM_PATH,
+            "description": "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
+            "tags": tags(ctx, ADDON),
+        },
+        external_name=ctx.names.policy(ADDON),
+    )
+
+
+def _vpc_id(ctx: Ctx) -> str:
+    if ctx.facts.vpc_id:
+        return ctx.facts.vpc_id
+    raise MissingFactError(
+        Wait("VPC id", "the AWSCluster reports no spec.network.vpc.id yet")
+    )
+
+
+def lbc_release(ctx: Ctx) -> dict[str, Any]:
+    """The controller, told its cluster, region and VPC (IMDS is often out of reach of pods)."""
+    spec = ctx.spec.ingress.aws_load_balancer_controller
+    assert spec is not None  # noqa: S101  # plugin() only adds this node when set
+    role_arn = None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(ROLE)
+    values = {
+        # Must match the kubernetes.io/cluster/<name> tag CAPA puts on subnets.
+        "clusterName": ctx.facts.kubernetes_cluster_name or ctx.spec.cluster_name,
+        "region": ctx.region,
+        "vpcId": _vpc_id(ctx),
+        "serviceAccount": service_account(SERVICE_ACCOUNT, role_arn),
+    }
+    return release(
+        ctx,
+        chart=ctx.step.charts.load_balancer_controller,
+        version=spec.version,
+        namespace=NAMESPACE,
+        release_name="aws-load-balancer-controller",
+        values=values,
+        user_values=spec.values,
+    )
+
+
+def plugin(ctx: Ctx) -> Plugin | None:
+    """The load balancer controller plugin, when wanted."""
+    if ctx.spec.ingress.aws_load_balancer_controller is None:
+        return None
+    nodes: list[Node] = []
+    if ctx.irsa is not IRSAMode.DISABLED:
+        nodes.append(Node(POLICY, policy, (oidc_ready,)))
+        nodes += role_nodes(
+            node=ROLE,
+            addon=ADDON,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            policy_arn=lambda c: c.arn_of(POLICY),
+            policy_gates=(after(POLICY),),
+        )
+    nodes.append(
+        Node(
+            "lbc-release",
+            lbc_release,
+            (control_plane_available, cni_ready, role_ready(ROLE), webhook_ready),
+        )
+    )
+    nodes += security_groups.nodes(ctx, PLUGIN)
+    return Plugin(PLUGIN, tuple(nodes), role_key="loadBalancerController", role_node=ROLE)

@@ -1,0 +1,359 @@
+"""Cluster facts: what the Cluster API objects say, read from the request.
+
+The function asks Crossplane for the CAPI ``Cluster``, its control plane, its
+infrastructure object and (SelfHosted IRSA) the ``<cluster>-sa`` Secret. It
+writes both the v2 ``requirements.resources`` and the deprecated
+``requirements.extra_resources`` field (Crossplane 1.x reads only the latter)
+and reads ``required_resources`` first, then ``extra_resources``.
+
+Crossplane 1.x selectors carry no namespace, so the deprecated field selects
+by the ``cluster.x-k8s.io/cluster-name`` label (which CAPI puts on the control
+plane, the infrastructure object and the cluster's Secrets, not on the Cluster)
+and only objects of the cluster's namespace are kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+from function import structs
+from function.spec import StepInput
+
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+
+# Requirement names, shared by both requirement fields.
+REQ_CLUSTER = "cluster"
+REQ_CONTROL_PLANE = "control-plane"
+REQ_INFRASTRUCTURE = "infrastructure"
+REQ_SA_SECRET = "sa-secret"
+
+EKS_CONTROL_PLANE = "AWSManagedControlPlane"
+
+
+@dataclass(frozen=True)
+class Selector:
+    """One required resource the function asks for."""
+
+    api_version: str
+    kind: str
+    match_name: str | None = None
+    match_labels: tuple[tuple[str, str], ...] = ()
+    namespace: str | None = None
+
+    def write(self, sel: fnv1.ResourceSelector) -> None:
+        """Fill a protobuf ResourceSelector."""
+        sel.api_version = self.api_version
+        sel.kind = self.kind
+        if self.match_name is not None:
+            sel.match_name = self.match_name
+        else:
+            sel.match_labels.labels.update(dict(self.match_labels))
+        if self.namespace is not None:
+            sel.namespace = self.namespace
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Selectors for the v2 field and for the deprecated 1.x field."""
+
+    resources: dict[str, Selector]
+    extra_resources: dict[str, Selector]
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    """A security group as CAPA reports or is told about it."""
+
+    id: str
+    # Ingress rules CAPA reports: (protocol, fromPort, toPort, source ids, source roles, cidrs)
+    rules: tuple[IngressRule, ...] = ()
+
+
+@dataclass(frozen=True)
+class IngressRule:
+    """One ingress rule from ``status.networkStatus.securityGroups.<role>.ingressRule``."""
+
+    protocol: str
+    from_port: int
+    to_port: int
+    source_ids: frozenset[str] = frozenset()
+    source_roles: frozenset[str] = frozenset()
+    cidrs: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the function knows about the workload cluster in one call."""
+
+    namespace: str
+    cluster_found: bool = False
+    control_plane_kind: str | None = None
+    control_plane_found: bool = False
+    infrastructure_found: bool = False
+    initialized: bool = False
+    available: bool = False
+    region: str | None = None
+    vpc_id: str | None = None
+    pod_cidr: str | None = None
+    # role -> id of groups given in AWSCluster.spec.network.securityGroupOverrides
+    sg_overrides: dict[str, str] = field(default_factory=dict)
+    # role -> group CAPA manages and reports in status.networkStatus.securityGroups
+    sg_managed: dict[str, SecurityGroup] = field(default_factory=dict)
+    # The name AWS knows the cluster by (EKS: spec.eksClusterName), used in subnet tags.
+    kubernetes_cluster_name: str | None = None
+    sa_public_pem: bytes | None = None
+    sa_problem: str | None = None
+
+    @property
+    def eks(self) -> bool:
+        """Whether the control plane is EKS (AWSManagedControlPlane)."""
+        return self.control_plane_kind == EKS_CONTROL_PLANE
+
+
+def _version_for(kind: str, versions: StepInput) -> str | None:
+    capi = versions.cluster_api
+    return {
+        "KubeadmControlPlane": capi.kubeadm_control_plane,
+        "AWSManagedControlPlane": capi.aws_managed_control_plane,
+        "AWSCluster": capi.aws_cluster,
+        "AWSManagedCluster": capi.aws_managed_cluster,
+    }.get(kind)
+
+
+def _ref_selector(
+    ref: struct_pb2.Struct | None, namespace: str, step: StepInput
+) -> Selector | None:
+    """A selector for a CAPI object reference, v1beta1 or v1beta2 shaped."""
+    if ref is None:
+        return None
+    kind = structs.str_at(ref, "kind")
+    name = structs.str_at(ref, "name")
+    if not kind or not name:
+        return None
+    # v1beta1 refs carry apiVersion; v1beta2 refs carry only apiGroup.
+    api_version = structs.str_at(ref, "apiVersion")
+    if api_version is None:
+        group = structs.str_at(ref, "apiGroup")
+        known = _version_for(kind, step)
+        if known and (group is None or known.startswith(group + "/")):
+            api_version = known
+        elif group:
+            return None  # a kind we have no version for: nothing we can use
+    if api_version is None:
+        return None
+    return Selector(api_version, kind, match_name=name, namespace=structs.str_at(ref, "namespace") or namespace)
+
+
+def _items(req: fnv1.RunFunctionRequest, name: str) -> tuple[list[struct_pb2.Struct], bool]:
+    """Required resources under ``name``: (items, whether any field resolved it)."""
+    if name in req.required_resources:
+        items = [r.resource for r in req.required_resources[name].items]
+        if items:
+            return items, True
+    if name in req.extra_resources:
+        return [r.resource for r in req.extra_resources[name].items], True
+    return [], name in req.required_resources
+
+
+def _pick(items: Iterable[struct_pb2.Struct], namespace: str, name: str | None = None) -> struct_pb2.Struct | None:
+    # Label-selected lists (Crossplane 1.x) span namespaces: keep only ours.
+    for item in items:
+        ns = structs.str_at(item, "metadata", "namespace")
+        if ns is not None and ns != namespace:
+            continue
+        if name is not None and structs.str_at(item, "metadata", "name") != name:
+            continue
+        return item
+    return None
+
+
+def requirements(
+    req: fnv1.RunFunctionRequest,
+    *,
+    cluster_name: str,
+    namespace: str,
+    want_sa_secret: bool,
+    step: StepInput,
+) -> Requirements:
+    """The required resources to ask for, given what the request already holds."""
+    capi = step.cluster_api
+    label = ((CLUSTER_NAME_LABEL, cluster_name),)
+    resources: dict[str, Selector] = {
+        REQ_CLUSTER: Selector(capi.cluster, "Cluster", match_name=cluster_name, namespace=namespace),
+    }
+    cluster_items, _ = _items(req, REQ_CLUSTER)
+    cluster = _pick(cluster_items, namespace, cluster_name)
+    if cluster is not None:
+        cp = _ref_selector(structs.struct_at(cluster, "spec", "controlPlaneRef"), namespace, step)
+        infra = _ref_selector(structs.struct_at(cluster, "spec", "infrastructureRef"), namespace, step)
+        if cp is not None:
+            resources[REQ_CONTROL_PLANE] = cp
+        if infra is not None:
+            resources[REQ_INFRASTRUCTURE] = infra
+    if want_sa_secret:
+        resources[REQ_SA_SECRET] = Selector("v1", "Secret", match_name=f"{cluster_name}-sa", namespace=namespace)
+
+    extra: dict[str, Selector] = {}
+    # Crossplane >= 2.2 says what it supports; once it advertises required
+    # resources there is no need to also list by label in the deprecated field.
+    if not _supports_required_resources(req):
+        eks = capi.legacy_control_plane_kind == EKS_CONTROL_PLANE
+        cp_kind = capi.legacy_control_plane_kind
+        infra_kind = "AWSManagedCluster" if eks else "AWSCluster"
+        extra[REQ_CONTROL_PLANE] = Selector(_version_for(cp_kind, step) or "", cp_kind, match_labels=label)
+        extra[REQ_INFRASTRUCTURE] = Selector(_version_for(infra_kind, step) or "", infra_kind, match_labels=label)
+        if want_sa_secret:
+            extra[REQ_SA_SECRET] = Selector("v1", "Secret", match_labels=label)
+    return Requirements(resources, extra)
+
+
+def _supports_required_resources(req: fnv1.RunFunctionRequest) -> bool:
+    caps = req.meta.capabilities
+    return fnv1.CAPABILITY_CAPABILITIES in caps and fnv1.CAPABILITY_REQUIRED_RESOURCES in caps
+
+
+def _condition_true(obj: struct_pb2.Struct, typ: str) -> bool:
+    # v1beta2 conditions live in status.conditions; a v1beta1 object that
+    # already carries new-style conditions has them in status.v1beta2.conditions.
+    return (
+        structs.condition_status(obj, typ) == "True"
+        or structs.condition_status(obj, typ, "status", "v1beta2", "conditions") == "True"
+    )
+
+
+def control_plane_state(cp: struct_pb2.Struct) -> tuple[bool, bool]:
+    """(initialized, available) of a control plane, under either CAPI contract."""
+    initialized = bool(
+        structs.bool_at(cp, "status", "initialization", "controlPlaneInitialized")
+        or _condition_true(cp, "Initialized")
+        or structs.bool_at(cp, "status", "initialized")
+    )
+    available = bool(_condition_true(cp, "Available") or structs.bool_at(cp, "status", "ready"))
+    # Available implies initialized, whatever a partial status says.
+    return initialized or available, available
+
+
+def _pod_cidr(cluster: struct_pb2.Struct | None, cp: struct_pb2.Struct | None) -> str | None:
+    if cluster is not None:
+        blocks = structs.strings_at(cluster, "spec", "clusterNetwork", "pods", "cidrBlocks")
+        if blocks:
+            return blocks[0]
+    if cp is not None:
+        subnet = structs.str_at(
+            cp, "spec", "kubeadmConfigSpec", "clusterConfiguration", "networking", "podSubnet"
+        )
+        if subnet:
+            return subnet.split(",")[0].strip()
+    return None
+
+
+def _int(v: struct_pb2.Value | None, default: int) -> int:
+    if v is None or v.WhichOneof("kind") != "number_value":
+        return default
+    return int(v.number_value)
+
+
+def _security_groups(obj: struct_pb2.Struct) -> dict[str, SecurityGroup]:
+    groups: dict[str, SecurityGroup] = {}
+    sgs = structs.struct_at(obj, "status", "networkStatus", "securityGroups")
+    if sgs is None:
+        return groups
+    for role, v in sgs.fields.items():
+        if v.WhichOneof("kind") != "struct_value":
+            continue
+        sg = v.struct_value
+        sg_id = structs.str_at(sg, "id")
+        if not sg_id:
+            continue
+        rules = tuple(
+            IngressRule(
+                protocol=structs.str_at(r, "protocol") or "",
+                from_port=_int(structs.value_at(r, "fromPort"), -1),
+                to_port=_int(structs.value_at(r, "toPort"), -1),
+                source_ids=frozenset(structs.strings_at(r, "sourceSecurityGroupIds")),
+                source_roles=frozenset(structs.strings_at(r, "sourceSecurityGroupRoles")),
+                cidrs=frozenset(structs.strings_at(r, "cidrBlocks")),
+            )
+            for r in structs.structs_at(sg, "ingressRule")
+        )
+        groups[role] = SecurityGroup(sg_id, rules)
+    return groups
+
+
+def _sa_public_key(secret: struct_pb2.Struct | None) -> tuple[bytes | None, str | None]:
+    """The PEM public key from ``data["tls.crt"]``; ``tls.key`` is never touched."""
+    if secret is None:
+        return None, None
+    encoded = structs.str_at(secret, "data", "tls.crt")
+    if not encoded:
+        return None, "the Secret has no data key tls.crt"
+    try:
+        pem = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None, "data[tls.crt] is not valid base64"
+    if b"-----BEGIN " not in pem:
+        return None, "data[tls.crt] is not PEM"
+    return pem, None
+
+
+def read_facts(
+    req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: str
+) -> ClusterFacts:
+    """Gather the cluster facts from the request's required/extra resources."""
+    cluster = _pick(_items(req, REQ_CLUSTER)[0], namespace, cluster_name)
+    cp = _pick(_items(req, REQ_CONTROL_PLANE)[0], namespace)
+    infra = _pick(_items(req, REQ_INFRASTRUCTURE)[0], namespace)
+    secret = _pick(_items(req, REQ_SA_SECRET)[0], namespace, f"{cluster_name}-sa")
+
+    initialized = available = False
+    cp_kind = None
+    if cp is not None:
+        cp_kind = structs.str_at(cp, "kind")
+        initialized, available = control_plane_state(cp)
+    elif cluster is not None:
+        ref_kind = structs.str_at(cluster, "spec", "controlPlaneRef", "kind")
+        cp_kind = ref_kind
+
+    region = vpc_id = None
+    overrides: dict[str, str] = {}
+    managed: dict[str, SecurityGroup] = {}
+    for obj in (infra, cp):
+        if obj is None:
+            continue
+        region = region or structs.str_at(obj, "spec", "region")
+        vpc_id = vpc_id or structs.str_at(obj, "spec", "network", "vpc", "id")
+        ov = structs.struct_at(obj, "spec", "network", "securityGroupOverrides")
+        if ov is not None:
+            for role, v in ov.fields.items():
+                if v.WhichOneof("kind") == "string_value" and v.string_value:
+                    overrides.setdefault(role, v.string_value)
+        for role, sg in _security_groups(obj).items():
+            managed.setdefault(role, sg)
+    # A group named in securityGroupOverrides is the user's, not CAPA's.
+    managed = {role: sg for role, sg in managed.items() if role not in overrides}
+
+    eks_name = structs.str_at(cp, "spec", "eksClusterName") if cp is not None else None
+    pem, problem = _sa_public_key(secret)
+    return ClusterFacts(
+        namespace=namespace,
+        cluster_found=cluster is not None,
+        control_plane_kind=cp_kind,
+        control_plane_found=cp is not None,
+        infrastructure_found=infra is not None,
+        initialized=initialized,
+        available=available,
+        region=region,
+        vpc_id=vpc_id,
+        pod_cidr=_pod_cidr(cluster, cp),
+        sg_overrides=overrides,
+        sg_managed=managed,
+        kubernetes_cluster_name=eks_name or cluster_name,
+        sa_public_pem=pem,
+        sa_problem=problem,
+    )

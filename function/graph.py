@@ -1,0 +1,281 @@
+"""The vocabulary of the resource graph: nodes, gates, readiness and the call context.
+
+A node is one composed resource with a stable composition-resource-name, a
+body builder, the gates that must hold before it is first emitted, and a
+readiness rule. Add-on modules declare nodes; ``plan.py`` decides, call by
+call, which are emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+from function import structs
+from function.cluster import ClusterFacts
+from function.flavour import Flavour
+from function.names import Names, Partition, partition_of
+from function.spec import ClusterPluginSpec, IRSAMode, StepInput
+
+
+class Readiness(Enum):
+    """When a composed resource counts as ready."""
+
+    CONDITION = "condition"  # observed with condition Ready=True
+    EXISTS = "exists"  # observed at all (ProviderConfigs have no Ready condition)
+    ALWAYS = "always"  # Usages: ready as soon as desired
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why something is held back. ``blocked`` means a person must act."""
+
+    waiting_for: str
+    message: str = ""
+    blocked: bool = False
+
+
+class MissingFactError(Exception):
+    """A body cannot be built yet because a fact is not known."""
+
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(wait.waiting_for)
+        self.wait = wait
+
+
+Gate = Callable[["Ctx"], Wait | None]
+Builder = Callable[["Ctx"], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One composed resource of the graph."""
+
+    name: str
+    build: Builder
+    gates: tuple[Gate, ...] = ()
+    readiness: Readiness = Readiness.CONDITION
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A user-visible unit in ``status.plugins[]``: the nodes it owns."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    # status.roleARNs key and the node whose ARN fills it
+    role_key: str | None = None
+    role_node: str | None = None
+
+
+class Observed:
+    """Read-only view of observed composed resources, straight from the protobuf."""
+
+    def __init__(self, resources: Mapping[str, fnv1.Resource]) -> None:
+        self._resources = resources
+        self._ready: dict[str, bool] = {}
+
+    def get(self, name: str) -> struct_pb2.Struct | None:
+        """The observed object under composition-resource-name ``name``."""
+        if name not in self._resources:
+            return None
+        return self._resources[name].resource
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` is observed."""
+        return name in self._resources
+
+    def names(self) -> list[str]:
+        """Every observed composition-resource-name."""
+        return list(self._resources.keys())
+
+    def ready(self, name: str, readiness: Readiness = Readiness.CONDITION) -> bool:
+        """Whether ``name`` is observed and ready under ``readiness``."""
+        if readiness is Readiness.ALWAYS:
+            return True
+        if name not in self._resources:
+            return False
+        if readiness is Readiness.EXISTS:
+            return True
+        cached = self._ready.get(name)
+        if cached is None:
+            cached = structs.condition_status(self._resources[name].resource, "Ready") == "True"
+            self._ready[name] = cached
+        return cached
+
+    def arn(self, name: str) -> str | None:
+        """``status.atProvider.arn`` of an observed AWS resource."""
+        obj = self.get(name)
+        return None if obj is None else structs.str_at(obj, "status", "atProvider", "arn")
+
+    def ref(self, name: str) -> tuple[str, str, str] | None:
+        """(apiVersion, kind, metadata.name) of an observed resource."""
+        obj = self.get(name)
+        if obj is None:
+            return None
+        api = structs.str_at(obj, "apiVersion")
+        kind = structs.str_at(obj, "kind")
+        meta_name = structs.str_at(obj, "metadata", "name")
+        if not (api and kind and meta_name):
+            return None
+        return api, kind, meta_name
+
+
+@dataclass
+class Ctx:
+    """Everything a builder or gate may read during one call."""
+
+    spec: ClusterPluginSpec
+    step: StepInput
+    flavour: Flavour
+    names: Names
+    facts: ClusterFacts
+    observed: Observed
+    readiness: dict[str, Readiness] = field(default_factory=dict)
+
+    # --- facts that builders need, raising MissingFactError when unknown ----
+
+    @property
+    def region(self) -> str:
+        """The AWS region: spec.region, else the AWSCluster's."""
+        region = self.spec.region or self.facts.region
+        if not region:
+            raise MissingFactError(_no_region(self.facts))
+        return region
+
+    @property
+    def partition(self) -> Partition:
+        """The region's partition."""
+        return partition_of(self.region)
+
+    @property
+    def irsa(self) -> IRSAMode:
+        """The IRSA mode."""
+        return self.spec.irsa.mode
+
+    def issuer_url(self) -> str:
+        """The service-account issuer URL (SelfHosted: derived; External: given)."""
+        if self.irsa is IRSAMode.EXTERNAL:
+            return self.spec.irsa.issuer_url.rstrip("/")
+        return self.names.issuer_url(self.region)
+
+    def issuer_host_path(self) -> str:
+        """The issuer without its scheme, as IAM condition keys spell it."""
+        return self.issuer_url().removeprefix("https://")
+
+    def oidc_provider_arn(self) -> str:
+        """The IAM OIDC provider's ARN (SelfHosted: observed; External: given)."""
+        if self.irsa is IRSAMode.EXTERNAL:
+            return self.spec.irsa.oidc_provider_arn
+        arn = self.observed.arn("irsa-oidc-provider")
+        if not arn:
+            raise MissingFactError(Wait("irsa-oidc-provider ARN", "the OIDC provider has no ARN yet"))
+        return arn
+
+    def arn_of(self, node: str) -> str:
+        """The observed ARN of ``node``."""
+        arn = self.observed.arn(node)
+        if not arn:
+            raise MissingFactError(Wait(f"{node} ARN", f"{node} reports no status.atProvider.arn yet"))
+        return arn
+
+    def is_ready(self, node: str) -> bool:
+        """Whether ``node`` is observed and ready under its own readiness rule."""
+        return self.observed.ready(node, self.readiness.get(node, Readiness.CONDITION))
+
+
+def _no_region(facts: ClusterFacts) -> Wait:
+    if facts.infrastructure_found or facts.control_plane_found:
+        return Wait(
+            "AWS region",
+            "neither spec.region nor the AWSCluster's spec.region is set",
+            blocked=True,
+        )
+    return Wait("AWSCluster", "the cluster's infrastructure object has not been read yet")
+
+
+# --- gates -------------------------------------------------------------------
+
+
+def after(*nodes: str) -> Gate:
+    """Gate: every node in ``nodes`` is observed and ready."""
+
+    def gate(ctx: Ctx) -> Wait | None:
+        for n in nodes:
+            if not ctx.is_ready(n):
+                return Wait(f"{n} Ready", f"waiting for {n} to become Ready")
+        return None
+
+    gate.__name__ = f"after({', '.join(nodes)})"
+    return gate
+
+
+def control_plane_initialized(ctx: Ctx) -> Wait | None:
+    """Gate: the workload control plane is initialized (its API server answers)."""
+    if ctx.facts.initialized:
+        return None
+    return _control_plane_wait(ctx, "initialized")
+
+
+def control_plane_available(ctx: Ctx) -> Wait | None:
+    """Gate: the workload control plane is available."""
+    if ctx.facts.available:
+        return None
+    return _control_plane_wait(ctx, "available")
+
+
+def _control_plane_wait(ctx: Ctx, state: str) -> Wait:
+    ns, name = ctx.facts.namespace, ctx.spec.cluster_name
+    if not ctx.facts.cluster_found and not ctx.facts.control_plane_found:
+        return Wait("Cluster", f"Cluster API Cluster {ns}/{name} has not been read yet (does it exist?)")
+    if not ctx.facts.control_plane_found:
+        return Wait("control plane", f"the control plane of Cluster {ns}/{name} has not been read yet")
+    return Wait(f"control plane {state}", f"the control plane of {ns}/{name} is not {state} yet")
+
+
+def cni_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the CNI this XR installs is ready; without one, the control plane is available.
+
+    With no networking plugin in the spec the user brings their own CNI; the
+    best signal we have that pods can run is an available control plane.
+    """
+    n = ctx.spec.networking
+    if n.amazon_vpc is None and n.calico is None:
+        return control_plane_available(ctx)
+    return after("cni-release")(ctx)
+
+
+def webhook_installed(ctx: Ctx) -> bool:
+    """Whether this XR installs the pod identity webhook."""
+    return (
+        ctx.irsa is IRSAMode.SELF_HOSTED
+        and ctx.spec.wants_aws
+        and ctx.spec.irsa.pod_identity_webhook.install
+    )
+
+
+def webhook_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the pod identity webhook is ready, when this XR installs it.
+
+    Pods only get IRSA credentials if the webhook mutates them at creation, so an
+    add-on started before it would silently run on the node's role.
+    """
+    if not webhook_installed(ctx):
+        return None
+    return after("pod-identity-webhook-release")(ctx)
+
+
+def role_ready(role_node: str) -> Gate:
+    """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled)."""
+
+    def gate(ctx: Ctx) -> Wait | None:
+        if ctx.irsa is IRSAMode.DISABLED:
+            return None
+        return after(role_node, f"{role_node}-attachment")(ctx)
+
+    return gate

@@ -1,0 +1,110 @@
+"""Deterministic names, always within their limits, and AWS partitions.
+
+Every derived name is a pure function of the XR (namespace, cluster name, name
+prefix): the ``issuer`` command must print the issuer URL before the cluster
+exists. Names that could exceed a limit are cut and given a hash of the full
+name, so two different inputs never share a truncated name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+IAM_ROLE_MAX = 64
+IAM_POLICY_MAX = 128
+BUCKET_MAX = 63
+K8S_NAME_MAX = 63
+HELM_RELEASE_MAX = 53
+
+# IAM path for everything the function creates: the provider's least-privilege
+# policy (``aws provider-policy``) scopes iam:CreateRole etc. to it.
+IAM_PATH = "/clusterplugin/"
+
+
+def short_hash(text: str, n: int = 6) -> str:
+    """A short, stable hex digest of ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def bounded(name: str, limit: int) -> str:
+    """Return ``name`` if it fits ``limit``, else a cut of it plus a hash of the whole."""
+    if len(name) <= limit:
+        return name
+    suffix = "-" + short_hash(name, 8)
+    return name[: limit - len(suffix)].rstrip("-.") + suffix
+
+
+@dataclass(frozen=True)
+class Partition:
+    """An AWS partition: ARN prefix and DNS suffix."""
+
+    name: str
+    dns_suffix: str
+
+
+PARTITIONS = {
+    "aws": Partition("aws", "amazonaws.com"),
+    "aws-cn": Partition("aws-cn", "amazonaws.com.cn"),
+    "aws-us-gov": Partition("aws-us-gov", "amazonaws.com"),
+}
+
+
+def partition_of(region: str) -> Partition:
+    """The partition a region belongs to."""
+    if region.startswith("cn-"):
+        return PARTITIONS["aws-cn"]
+    if region.startswith("us-gov-"):
+        return PARTITIONS["aws-us-gov"]
+    return PARTITIONS["aws"]
+
+
+@dataclass(frozen=True)
+class Names:
+    """Every name derived for one ClusterPlugin."""
+
+    prefix: str
+    namespace: str
+    cluster: str
+    bucket_override: str = ""
+
+    @property
+    def _key(self) -> str:
+        # namespace and cluster joined by '-' would be ambiguous (a-b/c vs a/b-c):
+        # the hash of the unambiguous pair keeps derived names distinct.
+        return short_hash(f"{self.namespace}/{self.cluster}")
+
+    @property
+    def bucket(self) -> str:
+        """The S3 bucket holding the OIDC discovery documents."""
+        if self.bucket_override:
+            return self.bucket_override
+        return bounded(f"{self.prefix}irsa-{self.namespace}-{self.cluster}-{self._key}", BUCKET_MAX)
+
+    def issuer_url(self, region: str) -> str:
+        """The service-account issuer URL: the bucket's regional virtual-hosted endpoint."""
+        return f"https://{self.bucket}.s3.{region}.{partition_of(region).dns_suffix}"
+
+    def role(self, addon: str) -> str:
+        """The IAM role name of ``addon``."""
+        return bounded(f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_ROLE_MAX)
+
+    def policy(self, addon: str) -> str:
+        """The IAM policy name of ``addon`` (customer-managed policies)."""
+        return bounded(f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_POLICY_MAX)
+
+    def helm_provider_config(self, *, namespaced: bool) -> str:
+        """The helm ProviderConfig name: per namespace when namespaced, cluster-wide otherwise."""
+        if namespaced:
+            return bounded(f"{self.cluster}-helm", K8S_NAME_MAX)
+        return bounded(f"{self.namespace}-{self.cluster}-helm-{self._key}", K8S_NAME_MAX)
+
+    @property
+    def kubeconfig_secret(self) -> str:
+        """CAPI's kubeconfig Secret for the cluster."""
+        return f"{self.cluster}-kubeconfig"
+
+    @property
+    def sa_secret(self) -> str:
+        """CAPI's service-account key pair Secret for the cluster."""
+        return f"{self.cluster}-sa"

@@ -1,0 +1,88 @@
+"""The two public documents of a self-hosted service-account issuer.
+
+The JWKS is computed from the public half of CAPI's ``<cluster>-sa`` key pair
+(``tls.crt``). Only that public key is ever parsed here; the private key
+(``tls.key``) is never read by the function.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+
+
+class KeyProblemError(ValueError):
+    """The ``<cluster>-sa`` Secret holds no usable public key (waiting, not fatal)."""
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _uint(n: int) -> str:
+    return _b64url(n.to_bytes((n.bit_length() + 7) // 8 or 1, "big"))
+
+
+def discovery_document(issuer_url: str) -> str:
+    """The ``.well-known/openid-configuration`` document, as compact JSON."""
+    doc = {
+        "issuer": issuer_url,
+        "jwks_uri": f"{issuer_url}/keys.json",
+        "authorization_endpoint": "urn:kubernetes:programmatic_authorization",
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["RS256", "ES256"],
+        "claims_supported": ["sub", "iss"],
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=256)
+def jwks_document(public_pem: bytes) -> str:
+    """The JWKS (``keys.json``) for a PEM public key or certificate, as compact JSON.
+
+    The ``kid`` is base64url(SHA-256(DER SubjectPublicKeyInfo)), as kube-apiserver
+    computes it, so tokens' ``kid`` headers match. Cached by key: it changes only
+    when the cluster's key pair does.
+    """
+    # Imported here: cryptography is needed only once a key is seen, and the
+    # import costs start-up time every process pays otherwise.
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: PLC0415
+
+    try:
+        if b"BEGIN CERTIFICATE" in public_pem:
+            key = x509.load_pem_x509_certificate(public_pem).public_key()
+        else:
+            key = serialization.load_pem_public_key(public_pem)
+    except (ValueError, TypeError) as err:
+        msg = "tls.crt is not a PEM public key or certificate"
+        raise KeyProblemError(msg) from err
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    kid = _b64url(hashlib.sha256(der).digest())
+    if isinstance(key, rsa.RSAPublicKey):
+        if key.key_size < 2048:
+            msg = f"the RSA key has {key.key_size} bits; STS needs at least 2048"
+            raise KeyProblemError(msg)
+        nums = key.public_numbers()
+        jwk = {"use": "sig", "kty": "RSA", "kid": kid, "alg": "RS256", "n": _uint(nums.n), "e": _uint(nums.e)}
+    elif isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1":
+        nums = key.public_numbers()
+        jwk = {
+            "use": "sig",
+            "kty": "EC",
+            "kid": kid,
+            "alg": "ES256",
+            "crv": "P-256",
+            "x": _b64url(nums.x.to_bytes(32, "big")),
+            "y": _b64url(nums.y.to_bytes(32, "big")),
+        }
+    else:
+        msg = "the key is neither RSA (2048+ bits) nor ECDSA P-256"
+        raise KeyProblemError(msg)
+    return json.dumps({"keys": [jwk]}, separators=(",", ":"))

@@ -1,0 +1,315 @@
+"""The planning core: spec + observed state + cluster facts -> desired state.
+
+Pure: no I/O, no clock, no randomness, so the same request always yields the
+same plan. ``fn.py`` (the gRPC runner), ``render`` and ``simulate`` all call it
+through ``fn.run``.
+
+The rules (DESIGN section 4):
+- a node is emitted when its gates hold;
+- a node already observed is ALWAYS emitted again, whatever its gates say now
+  (if its body cannot be rebuilt, the observed spec is carried over unchanged),
+  so a flapping dependency never makes Crossplane delete anything;
+- only removing a plugin from the spec removes its nodes (and its Usages);
+- the composite is held not-ready while any node of a wanted plugin is held back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from function import structs
+from function.addons import calico, csi, irsa, lbc, security_groups, vpc_cni
+from function.addons.helm import check_owned
+from function.graph import Ctx, MissingFactError, Node, Plugin, Readiness, Wait
+from function.spec import ClusterPluginSpec, IRSAMode
+
+HELM_PROVIDER_CONFIG = "helm-provider-config"
+
+PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = (
+    irsa.plugin,
+    vpc_cni.plugin,
+    calico.plugin,
+    csi.ebs_plugin,
+    csi.efs_plugin,
+    lbc.plugin,
+)
+
+# Deletion order, as Usages: ``by`` is deleted before ``of`` (DESIGN section 4).
+USAGES: tuple[tuple[str, str, str], ...] = (
+    ("ebs-release", "ebs-role", "the EBS CSI driver uses this role until it is uninstalled"),
+    ("efs-release", "efs-role", "the EFS CSI driver uses this role until it is uninstalled"),
+    ("lbc-release", "lbc-role", "the load balancer controller uses this role until it is uninstalled"),
+    ("ebs-release", "cni-release", "pods of the EBS CSI driver need the CNI until they are gone"),
+    ("efs-release", "cni-release", "pods of the EFS CSI driver need the CNI until they are gone"),
+    ("lbc-release", "cni-release", "the load balancer controller needs the CNI until it is gone"),
+    ("cni-release", "vpc-cni-role", "aws-node uses this role until it is uninstalled"),
+    ("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),
+    ("pod-identity-webhook-release", "cert-manager-release", "the webhook's certificate comes from cert-manager"),
+    ("vpc-cni-role-attachment", "vpc-cni-role", "a role with attached policies cannot be deleted"),
+    ("ebs-role-attachment", "ebs-role", "a role with attached policies cannot be deleted"),
+    ("efs-role-attachment", "efs-role", "a role with attached policies cannot be deleted"),
+    ("lbc-role-attachment", "lbc-role", "a role with attached policies cannot be deleted"),
+    ("lbc-role-attachment", "lbc-policy", "an attached policy cannot be deleted"),
+    ("vpc-cni-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    ("ebs-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    ("efs-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    ("lbc-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    ("irsa-discovery", "irsa-bucket", "a bucket holding objects cannot be deleted"),
+    ("irsa-jwks", "irsa-bucket", "a bucket holding objects cannot be deleted"),
+)
+
+PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
+
+
+@dataclass
+class DesiredResource:
+    """One composed resource to emit: a fresh body, or the observed spec carried over."""
+
+    name: str
+    ready: bool
+    body: dict[str, Any] | None = None
+    carried: struct_pb2.Struct | None = None
+
+
+@dataclass(frozen=True)
+class PluginStatus:
+    """One entry of ``status.plugins[]``."""
+
+    name: str
+    phase: str
+    waiting_for: str = ""
+    message: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        """The status entry (empty fields left out)."""
+        d = {"name": self.name, "phase": self.phase}
+        if self.waiting_for:
+            d["waitingFor"] = self.waiting_for
+        if self.message:
+            d["message"] = self.message
+        return d
+
+
+@dataclass(frozen=True)
+class ConditionOut:
+    """An XR condition the function sets."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ResultOut:
+    """An event-like result: only emitted on transitions."""
+
+    severity: str  # "Normal" | "Warning"
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """Everything one call decides."""
+
+    resources: list[DesiredResource] = field(default_factory=list)
+    held_back: bool = False
+    status: dict[str, Any] = field(default_factory=dict)
+    plugins: list[PluginStatus] = field(default_factory=list)
+    conditions: list[ConditionOut] = field(default_factory=list)
+    results: list[ResultOut] = field(default_factory=list)
+    all_ready: bool = False
+
+
+def check_values(spec: ClusterPluginSpec) -> None:
+    """Reject user values that fight keys the function owns (InvalidInputError)."""
+    pairs = (
+        (spec.networking.amazon_vpc, vpc_cni.OWNED, "spec.networking.amazonVPC.values"),
+        (spec.networking.calico, calico.OWNED, "spec.networking.calico.values"),
+        (spec.storage.ebs, csi.EBS_OWNED, "spec.storage.ebs.values"),
+        (spec.storage.efs, csi.EFS_OWNED, "spec.storage.efs.values"),
+        (spec.ingress.aws_load_balancer_controller, lbc.OWNED, "spec.ingress.awsLoadBalancerController.values"),
+    )
+    for addon, owned, field_path in pairs:
+        if addon is not None:
+            check_owned(addon.values, owned, field_path)
+
+
+def _helm_provider_config(ctx: Ctx) -> dict[str, Any]:
+    return ctx.flavour.helm_provider_config_resource(
+        namespace=ctx.facts.namespace, kubeconfig_secret=ctx.names.kubeconfig_secret
+    )
+
+
+def _first_wait(ctx: Ctx, node: Node) -> Wait | None:
+    for gate in node.gates:
+        wait = gate(ctx)
+        if wait is not None:
+            return wait
+    return None
+
+
+class _Emitter:
+    """Decides emit / carry over / hold back for nodes, and records the outcome."""
+
+    def __init__(self, ctx: Ctx, plan: Plan) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self.emitted: set[str] = set()
+
+    def node(self, node: Node) -> Wait | None:
+        """Emit ``node`` if it may be; return why not otherwise."""
+        ctx = self.ctx
+        observed = ctx.observed.exists(node.name)
+        wait = _first_wait(ctx, node)
+        body = None
+        if wait is None or observed:
+            try:
+                body = node.build(ctx)
+            except MissingFactError as err:
+                wait = wait or err.wait
+        if body is None and not observed:
+            return wait or Wait("unknown")
+        carried = ctx.observed.get(node.name) if body is None else None
+        self.plan.resources.append(
+            DesiredResource(node.name, ctx.observed.ready(node.name, node.readiness), body, carried)
+        )
+        self.emitted.add(node.name)
+        return None
+
+
+def _plugin_status(ctx: Ctx, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]) -> PluginStatus:
+    names = [n.name for n in plugin.nodes]
+    emitted_here = [n for n in names if n in emitted]
+    not_ready = [n.name for n in plugin.nodes if n.name in emitted and not ctx.observed.ready(n.name, n.readiness)]
+    blocked = next((w for _, w in held if w.blocked), None)
+    if blocked is not None:
+        return PluginStatus(plugin.name, BLOCKED, blocked.waiting_for, blocked.message)
+    if not held and not not_ready:
+        return PluginStatus(plugin.name, READY)
+    if held:
+        node, wait = held[0]
+        msg = wait.message or f"waiting for {wait.waiting_for}"
+        phase = INSTALLING if emitted_here else PENDING
+        return PluginStatus(plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}")
+    return PluginStatus(
+        plugin.name, INSTALLING, f"{not_ready[0]} Ready", f"waiting for {', '.join(not_ready)} to become Ready"
+    )
+
+
+def _usages(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
+    for by, of, reason in USAGES:
+        if by not in wanted or of not in wanted:
+            continue
+        name = f"usage-{by}-{of}"
+        by_ref, of_ref = ctx.observed.ref(by), ctx.observed.ref(of)
+        if by_ref is not None and of_ref is not None:
+            plan.resources.append(
+                DesiredResource(name, ready=True, body=ctx.flavour.usage(of_ref, by_ref, reason))
+            )
+        elif ctx.observed.exists(name):
+            # An end is briefly unobserved: keep the Usage exactly as it was.
+            plan.resources.append(DesiredResource(name, ready=True, carried=ctx.observed.get(name)))
+
+
+def _summary(plugins: list[PluginStatus]) -> ConditionOut:
+    if not plugins:
+        return ConditionOut("PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons")
+    if all(p.phase == READY for p in plugins):
+        return ConditionOut("PluginsReady", "True", "AllPluginsReady", f"{len(plugins)} plugin(s) ready: " + ", ".join(p.name for p in plugins))
+    blocked = [p for p in plugins if p.phase == BLOCKED]
+    if blocked:
+        msg = "; ".join(f"{p.name}: {p.message}" for p in blocked)
+        return ConditionOut("PluginsReady", "False", "Blocked", msg)
+    waiting = [p for p in plugins if p.phase != READY]
+    msg = "; ".join(f"{p.name} waits for {p.waiting_for}" for p in waiting)
+    return ConditionOut("PluginsReady", "False", "Waiting", msg)
+
+
+def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if ctx.irsa is IRSAMode.EXTERNAL:
+        status["issuerURL"] = ctx.spec.irsa.issuer_url.rstrip("/")
+        status["oidcProviderARN"] = ctx.spec.irsa.oidc_provider_arn
+    elif ctx.irsa is IRSAMode.SELF_HOSTED and ctx.spec.wants_aws:
+        region = ctx.spec.region or ctx.facts.region
+        if region:
+            status["issuerURL"] = ctx.names.issuer_url(region)
+        arn = ctx.observed.arn("irsa-oidc-provider")
+        if arn:
+            status["oidcProviderARN"] = arn
+    roles = {}
+    for p in plugins:
+        if p.role_key and p.role_node:
+            arn = ctx.observed.arn(p.role_node)
+            if arn:
+                roles[p.role_key] = arn
+    # Always written, so a removed plugin's ARN disappears with it.
+    status["roleARNs"] = roles
+    status["plugins"] = [s.as_dict() for s in statuses]
+    return status
+
+
+def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
+    before = {
+        structs.str_at(p, "name"): structs.str_at(p, "phase") for p in structs.structs_at(xr, "status", "plugins")
+    }
+    for p in plan.plugins:
+        was = before.pop(p.name, None)
+        if was == p.phase:
+            continue
+        if p.phase == BLOCKED:
+            plan.results.append(ResultOut("Warning", "PluginBlocked", f"{p.name} is blocked: {p.message}"))
+        else:
+            detail = f" (waiting for {p.waiting_for})" if p.waiting_for else ""
+            plan.results.append(
+                ResultOut("Normal", f"Plugin{p.phase}", f"{p.name}: {was or 'new'} -> {p.phase}{detail}")
+            )
+    for name in sorted(n for n in before if n):
+        plan.results.append(ResultOut("Normal", "PluginRemoved", f"{name} removed from the spec"))
+    for cond in plan.conditions:
+        prev = None
+        for c in structs.structs_at(xr, "status", "conditions"):
+            if structs.str_at(c, "type") == cond.type:
+                prev = (structs.str_at(c, "status"), structs.str_at(c, "reason"))
+        if prev == (cond.status, cond.reason):
+            continue
+        if cond.type == "SecurityGroupsReady" and cond.status == "False" and cond.reason == "IngressRulesMissing":
+            plan.results.append(ResultOut("Warning", cond.reason, cond.message))
+
+
+def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
+    """Compute the desired state, status, conditions and results of one call."""
+    plan = Plan()
+    plugins = [p for p in (b(ctx) for b in PLUGIN_BUILDERS) if p is not None]
+    ctx.readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
+    ctx.readiness[HELM_PROVIDER_CONFIG] = Readiness.EXISTS
+
+    emit = _Emitter(ctx, plan)
+    emit.node(Node(HELM_PROVIDER_CONFIG, _helm_provider_config, readiness=Readiness.EXISTS))
+    wanted = {HELM_PROVIDER_CONFIG}
+    for plugin in plugins:
+        held: list[tuple[Node, Wait]] = []
+        for node in plugin.nodes:
+            wanted.add(node.name)
+            wait = emit.node(node)
+            if wait is not None:
+                held.append((node, wait))
+        plan.held_back = plan.held_back or bool(held)
+        plan.plugins.append(_plugin_status(ctx, plugin, held, emit.emitted))
+    _usages(ctx, plan, wanted)
+
+    sg = security_groups.report(ctx, emit.emitted)
+    plan.conditions = [
+        _summary(plan.plugins),
+        ConditionOut("SecurityGroupsReady", sg.status, sg.reason, sg.message),
+    ]
+    plan.status = _status(ctx, plugins, plan.plugins)
+    plan.all_ready = not plan.held_back and all(p.phase == READY for p in plan.plugins)
+    _transitions(xr, plan)
+    return plan

@@ -1,0 +1,105 @@
+"""IAM and S3 policy documents: built once per distinct input, always compact JSON.
+
+Security properties held here (and tested):
+- a trust policy names exactly one OIDC provider, one service account and the
+  ``sts.amazonaws.com`` audience (StringEquals, no wildcards);
+- the only ``*`` principal is the public read of the two discovery documents,
+  plus a Deny of plain-HTTP access.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+from function.names import Partition
+
+STS_AUDIENCE = "sts.amazonaws.com"
+DISCOVERY_KEY = ".well-known/openid-configuration"
+JWKS_KEY = "keys.json"
+
+# AWS-managed policies per add-on (domain-facts section 4.1).
+MANAGED_POLICIES = {
+    "vpc-cni": "policy/AmazonEKS_CNI_Policy",
+    # V2 only manages volumes and snapshots tagged ebs.csi.aws.com/cluster=true,
+    # which the driver puts on everything it creates.
+    "ebs-csi": "policy/service-role/AmazonEBSCSIDriverPolicyV2",
+    "efs-csi": "policy/service-role/AmazonEFSCSIDriverPolicy",
+}
+
+
+def _compact(doc: object) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def managed_policy_arn(addon: str, partition: Partition) -> str:
+    """The ARN of the AWS-managed policy an add-on's role gets."""
+    return f"arn:{partition.name}:iam::aws:{MANAGED_POLICIES[addon]}"
+
+
+@functools.lru_cache(maxsize=1024)
+def trust_policy(provider_arn: str, issuer_host_path: str, namespace: str, service_account: str) -> str:
+    """The IRSA trust policy: one provider, one service account, one audience."""
+    return _compact(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{issuer_host_path}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{issuer_host_path}:aud": STS_AUDIENCE,
+                        }
+                    },
+                }
+            ],
+        }
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def bucket_policy(bucket: str, partition: Partition) -> str:
+    """Public read of the two discovery documents only; deny any non-TLS access."""
+    arn = f"arn:{partition.name}:s3:::{bucket}"
+    return _compact(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PublicReadOIDCDiscovery",
+                    "Effect": "Allow",
+                    "Principal": "*",
+                    "Action": "s3:GetObject",
+                    "Resource": [f"{arn}/{DISCOVERY_KEY}", f"{arn}/{JWKS_KEY}"],
+                },
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [arn, f"{arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                },
+            ],
+        }
+    )
+
+
+@functools.cache
+def _lbc_policy_aws() -> str:
+    raw = resources.files("function.data").joinpath("aws-load-balancer-controller-iam_policy.json")
+    # Minified it is ~5.2k characters, under the 6,144 limit of a managed policy.
+    return _compact(json.loads(raw.read_text()))
+
+
+@functools.lru_cache(maxsize=4)
+def lbc_policy(partition: Partition) -> str:
+    """The AWS Load Balancer Controller policy (upstream v3.5.0) for ``partition``."""
+    doc = _lbc_policy_aws()
+    if partition.name == "aws":
+        return doc
+    return doc.replace('"arn:aws:', f'"arn:{partition.name}:')
