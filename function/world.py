@@ -1,0 +1,308 @@
+"""An in-memory Crossplane, Kubernetes and providers, to play a ClusterPlugin's lifecycle.
+
+It does what Crossplane does with the function's answers, nothing more:
+- builds the RunFunctionRequest (observed XR and composed resources, step
+  input) and runs the required-resources loop (at most 5 iterations), filling
+  ``required_resources`` (Crossplane 2.x) or only ``extra_resources`` selected
+  by label across namespaces (Crossplane 1.x);
+- on a FATAL result applies nothing and deletes nothing;
+- otherwise applies every desired composed resource, deletes every observed
+  one missing from desired state (recording it), and writes the XR status and
+  conditions (Ready from composed readiness, overridden by the desired
+  composite's ``ready``);
+and what the providers do: a composed resource turns Ready a few reconciles
+after it is created (or never, while a fault holds it down) and reports an ARN.
+Used by the tests, by ``render`` (one reconcile) and by ``simulate``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function import fn
+
+ACCOUNT = "123456789012"
+COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
+MAX_REQUIREMENT_ITERATIONS = 5  # Crossplane's cap (xfn/required_resources.go)
+
+
+@dataclass
+class Composed:
+    """A composed resource in the world."""
+
+    name: str  # composition-resource-name
+    obj: dict[str, Any]
+    created_at: int
+    ready: bool = False
+
+
+@dataclass
+class Reconcile:
+    """What one reconcile did."""
+
+    step: int
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    desired: list[str] = field(default_factory=list)
+    fatal: str | None = None
+    xr_ready: bool = False
+    ttl: float = 0
+    response: fnv1.RunFunctionResponse | None = None
+    iterations: int = 0
+
+
+def _matches(sel: fnv1.ResourceSelector, obj: dict[str, Any], *, use_namespace: bool) -> bool:
+    # The API server serves an object at any served version of its kind, so
+    # match on group and kind: the function must cope with either shape.
+    if _group(obj.get("apiVersion", "")) != _group(sel.api_version) or obj.get("kind") != sel.kind:
+        return False
+    meta = obj.get("metadata", {})
+    if use_namespace and sel.HasField("namespace") and meta.get("namespace") != sel.namespace:
+        return False
+    if sel.WhichOneof("match") == "match_name":
+        return bool(meta.get("name") == sel.match_name)
+    labels = meta.get("labels", {})
+    return all(labels.get(k) == v for k, v in sel.match_labels.labels.items())
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def _arn(obj: dict[str, Any]) -> str | None:
+    kind = obj.get("kind")
+    fp = obj.get("spec", {}).get("forProvider", {})
+    ext = obj.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name", "")
+    region = fp.get("region", "us-east-1")
+    part = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    if kind == "Role":
+        return f"arn:{part}:iam::{ACCOUNT}:role{fp.get('path', '/')}{ext}"
+    if kind == "Policy":
+        return f"arn:{part}:iam::{ACCOUNT}:policy{fp.get('path', '/')}{ext}"
+    if kind == "OpenIDConnectProvider":
+        url = fp.get("url", "")
+        part = "aws-cn" if url.endswith(".cn") else part
+        return f"arn:{part}:iam::{ACCOUNT}:oidc-provider/{url.removeprefix('https://')}"
+    if kind == "Bucket":
+        return f"arn:{part}:s3:::{ext}"
+    return None
+
+
+def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool) -> None:
+    """Rewrite a control plane's status, in the shape of its own API version."""
+    status = obj.setdefault("status", {})
+    if obj.get("apiVersion", "").endswith("/v1beta1") or obj.get("kind") == "AWSManagedControlPlane":
+        status["initialized"] = initialized
+        status["ready"] = available
+        status["conditions"] = [
+            {"type": "Ready", "status": str(available), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Available", "status": str(available), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]
+        return
+    status.setdefault("initialization", {})["controlPlaneInitialized"] = initialized
+    status["conditions"] = [
+        {"type": "Initialized", "status": str(initialized), "reason": "Initialized" if initialized else "NotInitialized", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Available", "status": str(available), "reason": "Available" if available else "NotAvailable", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+    ]
+
+
+class World:
+    """An XR, the objects around it, and Crossplane's reconcile loop."""
+
+    def __init__(
+        self,
+        xr: dict[str, Any],
+        required: Iterable[dict[str, Any]] = (),
+        *,
+        step_input: dict[str, Any] | None = None,
+        crossplane_v1: bool = False,
+        capabilities: bool = False,
+        ready_delay: int = 1,
+        runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
+    ) -> None:
+        self.xr = copy.deepcopy(xr)
+        self.required = [copy.deepcopy(o) for o in required]
+        self.step_input = step_input or {}
+        self.crossplane_v1 = crossplane_v1
+        self.capabilities = capabilities
+        self.ready_delay = ready_delay
+        self.runner = runner
+        self.composed: dict[str, Composed] = {}
+        self.step = 0
+        self.held_down: set[str] = set()  # names a fault keeps not-ready
+        self.hidden: set[str] = set()  # required objects temporarily unreadable (kind/name)
+        self.history: list[Reconcile] = []
+        self.deletions: list[tuple[int, str]] = []
+
+    # --- the world outside the function -----------------------------------
+
+    def control_plane(self) -> dict[str, Any] | None:
+        """The first control-plane object among the required objects."""
+        return next(
+            (o for o in self.required if o.get("kind") in {"KubeadmControlPlane", "AWSManagedControlPlane"}), None
+        )
+
+    def set_control_plane(self, *, initialized: bool, available: bool) -> None:
+        """Move the workload control plane to a state."""
+        cp = self.control_plane()
+        if cp is not None:
+            set_control_plane(cp, initialized=initialized, available=available)
+
+    def _visible_required(self) -> list[dict[str, Any]]:
+        return [o for o in self.required if f"{o.get('kind')}/{o['metadata']['name']}" not in self.hidden]
+
+    # --- Crossplane ---------------------------------------------------------
+
+    def _observed_object(self, c: Composed) -> dict[str, Any]:
+        obj = copy.deepcopy(c.obj)
+        status = obj.setdefault("status", {})
+        if c.ready:
+            status["conditions"] = [
+                {"type": "Ready", "status": "True", "reason": "Available"},
+                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+            ]
+        else:
+            status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
+        arn = _arn(obj)
+        if arn and c.ready:
+            status.setdefault("atProvider", {})["arn"] = arn
+        return obj
+
+    def request(self) -> fnv1.RunFunctionRequest:
+        """The request Crossplane would send before resolving requirements."""
+        req = fnv1.RunFunctionRequest()
+        req.meta.tag = f"step-{self.step}"
+        if self.capabilities:
+            req.meta.capabilities.extend(
+                [fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES, fnv1.CAPABILITY_CONDITIONS]
+            )
+        req.observed.composite.resource.update(self.xr)
+        for name in sorted(self.composed):
+            req.observed.resources[name].resource.update(self._observed_object(self.composed[name]))
+        if self.step_input:
+            req.input.update(self.step_input)
+        return req
+
+    def _fill(self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> None:
+        visible = self._visible_required()
+        req.ClearField("required_resources")
+        req.ClearField("extra_resources")
+        if not self.crossplane_v1:
+            for name, sel in rsp.requirements.resources.items():
+                items = req.required_resources[name]
+                for o in visible:
+                    if _matches(sel, o, use_namespace=True):
+                        items.items.add().resource.update(o)
+        for name, sel in rsp.requirements.extra_resources.items():
+            items = req.extra_resources[name]
+            # Crossplane 1.x selectors carry no namespace: every namespace matches.
+            for o in visible:
+                if _matches(sel, o, use_namespace=False):
+                    items.items.add().resource.update(o)
+
+    def call(self) -> tuple[fnv1.RunFunctionResponse, int]:
+        """Run the function through the required-resources loop; (final response, iterations)."""
+        req = self.request()
+        rsp = self.runner(req)
+        iterations = 1
+        while iterations < MAX_REQUIREMENT_ITERATIONS:
+            before = rsp.requirements.SerializeToString(deterministic=True)
+            self._fill(req, rsp)
+            rsp = self.runner(req)
+            iterations += 1
+            if rsp.requirements.SerializeToString(deterministic=True) == before:
+                break
+        return rsp, iterations
+
+    def reconcile(self) -> Reconcile:
+        """One Crossplane reconcile of the XR, then one tick of the providers."""
+        self.step += 1
+        rsp, iterations = self.call()
+        rec = Reconcile(self.step, response=rsp, iterations=iterations, ttl=rsp.meta.ttl.ToSeconds())
+        fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
+        if fatal is not None:
+            rec.fatal = fatal.message
+            self.history.append(rec)
+            return rec
+        desired = dict(rsp.desired.resources.items())
+        rec.desired = sorted(desired)
+        for name in sorted(set(self.composed) - set(desired)):
+            del self.composed[name]
+            rec.deleted.append(name)
+            self.deletions.append((self.step, name))
+        all_ready = True
+        for name, r in desired.items():
+            body = resource.struct_to_dict(r.resource)
+            if name in self.composed:
+                c = self.composed[name]
+                c.obj["spec"] = body.get("spec", {})
+                meta = body.get("metadata", {})
+                for key in ("annotations", "labels"):
+                    if key in meta:
+                        c.obj["metadata"].setdefault(key, {}).update(meta[key])
+            else:
+                c = self._create(name, body)
+                rec.created.append(name)
+            all_ready = all_ready and r.ready == fnv1.READY_TRUE
+        self._write_xr(rsp, all_ready)
+        rec.xr_ready = self.xr_ready
+        self.history.append(rec)
+        self._tick()
+        return rec
+
+    def _create(self, name: str, body: dict[str, Any]) -> Composed:
+        meta = body.setdefault("metadata", {})
+        xr_meta = self.xr.get("metadata", {})
+        if "name" not in meta:
+            digest = hashlib.sha256(f"{xr_meta.get('name')}/{name}".encode()).hexdigest()[:5]
+            meta["name"] = f"{xr_meta.get('name', 'xr')}-{digest}"
+        namespace = xr_meta.get("namespace")
+        if namespace and not body.get("kind", "").startswith("Cluster"):
+            meta["namespace"] = namespace
+        meta.setdefault("annotations", {})[COMPOSITION_RESOURCE_NAME] = name
+        c = Composed(name, body, created_at=self.step)
+        self.composed[name] = c
+        return c
+
+    @property
+    def xr_ready(self) -> bool:
+        """The XR's Ready condition."""
+        for c in self.xr.get("status", {}).get("conditions", []):
+            if c.get("type") == "Ready":
+                return bool(c.get("status") == "True")
+        return False
+
+    def _write_xr(self, rsp: fnv1.RunFunctionResponse, all_ready: bool) -> None:
+        desired = resource.struct_to_dict(rsp.desired.composite.resource)
+        status = self.xr.setdefault("status", {})
+        for key in ("issuerURL", "oidcProviderARN", "roleARNs", "plugins"):
+            status.pop(key, None)
+        status.update(desired.get("status", {}))
+        ready = all_ready and rsp.desired.composite.ready != fnv1.READY_FALSE
+        names = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}
+        conditions = [{"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"}]
+        conditions += [
+            {"type": c.type, "status": names.get(c.status, "Unknown"), "reason": c.reason, "message": c.message}
+            for c in rsp.conditions
+        ]
+        status["conditions"] = conditions
+
+    def _tick(self) -> None:
+        for c in self.composed.values():
+            c.ready = c.name not in self.held_down and self.step - c.created_at + 1 >= self.ready_delay
+
+    def run(self, steps: int, *, before: Callable[[World], None] | None = None) -> list[Reconcile]:
+        """Reconcile ``steps`` times, calling ``before(world)`` ahead of each."""
+        out = []
+        for _ in range(steps):
+            if before is not None:
+                before(self)
+            out.append(self.reconcile())
+        return out
