@@ -31,7 +31,7 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 REQ_CLUSTER = "cluster"
 REQ_CONTROL_PLANE = "control-plane"
 REQ_INFRASTRUCTURE = "infrastructure"
-REQ_SA_SECRET = "sa-secret"
+REQ_SA_SECRET = "sa-secret"  # noqa: S105  # a requirement name, not a secret
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
 
@@ -147,7 +147,9 @@ def _ref_selector(
             return None  # a kind we have no version for: nothing we can use
     if api_version is None:
         return None
-    return Selector(api_version, kind, match_name=name, namespace=structs.str_at(ref, "namespace") or namespace)
+    return Selector(
+        api_version, kind, match_name=name, namespace=structs.str_at(ref, "namespace") or namespace
+    )
 
 
 def _items(req: fnv1.RunFunctionRequest, name: str) -> tuple[list[struct_pb2.Struct], bool]:
@@ -161,7 +163,9 @@ def _items(req: fnv1.RunFunctionRequest, name: str) -> tuple[list[struct_pb2.Str
     return [], name in req.required_resources
 
 
-def _pick(items: Iterable[struct_pb2.Struct], namespace: str, name: str | None = None) -> struct_pb2.Struct | None:
+def _pick(
+    items: Iterable[struct_pb2.Struct], namespace: str, name: str | None = None
+) -> struct_pb2.Struct | None:
     # Label-selected lists (Crossplane 1.x) span namespaces: keep only ours.
     for item in items:
         ns = structs.str_at(item, "metadata", "namespace")
@@ -185,19 +189,25 @@ def requirements(
     capi = step.cluster_api
     label = ((CLUSTER_NAME_LABEL, cluster_name),)
     resources: dict[str, Selector] = {
-        REQ_CLUSTER: Selector(capi.cluster, "Cluster", match_name=cluster_name, namespace=namespace),
+        REQ_CLUSTER: Selector(
+            capi.cluster, "Cluster", match_name=cluster_name, namespace=namespace
+        ),
     }
     cluster_items, _ = _items(req, REQ_CLUSTER)
     cluster = _pick(cluster_items, namespace, cluster_name)
     if cluster is not None:
         cp = _ref_selector(structs.struct_at(cluster, "spec", "controlPlaneRef"), namespace, step)
-        infra = _ref_selector(structs.struct_at(cluster, "spec", "infrastructureRef"), namespace, step)
+        infra = _ref_selector(
+            structs.struct_at(cluster, "spec", "infrastructureRef"), namespace, step
+        )
         if cp is not None:
             resources[REQ_CONTROL_PLANE] = cp
         if infra is not None:
             resources[REQ_INFRASTRUCTURE] = infra
     if want_sa_secret:
-        resources[REQ_SA_SECRET] = Selector("v1", "Secret", match_name=f"{cluster_name}-sa", namespace=namespace)
+        resources[REQ_SA_SECRET] = Selector(
+            "v1", "Secret", match_name=f"{cluster_name}-sa", namespace=namespace
+        )
 
     extra: dict[str, Selector] = {}
     # Crossplane >= 2.2 says what it supports; once it advertises required
@@ -206,8 +216,12 @@ def requirements(
         eks = capi.legacy_control_plane_kind == EKS_CONTROL_PLANE
         cp_kind = capi.legacy_control_plane_kind
         infra_kind = "AWSManagedCluster" if eks else "AWSCluster"
-        extra[REQ_CONTROL_PLANE] = Selector(_version_for(cp_kind, step) or "", cp_kind, match_labels=label)
-        extra[REQ_INFRASTRUCTURE] = Selector(_version_for(infra_kind, step) or "", infra_kind, match_labels=label)
+        extra[REQ_CONTROL_PLANE] = Selector(
+            _version_for(cp_kind, step) or "", cp_kind, match_labels=label
+        )
+        extra[REQ_INFRASTRUCTURE] = Selector(
+            _version_for(infra_kind, step) or "", infra_kind, match_labels=label
+        )
         if want_sa_secret:
             extra[REQ_SA_SECRET] = Selector("v1", "Secret", match_labels=label)
     return Requirements(resources, extra)
@@ -302,9 +316,7 @@ def _sa_public_key(secret: struct_pb2.Struct | None) -> tuple[bytes | None, str 
     return pem, None
 
 
-def read_facts(
-    req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: str
-) -> ClusterFacts:
+def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: str) -> ClusterFacts:
     """Gather the cluster facts from the request's required/extra resources."""
     cluster = _pick(_items(req, REQ_CLUSTER)[0], namespace, cluster_name)
     cp = _pick(_items(req, REQ_CONTROL_PLANE)[0], namespace)

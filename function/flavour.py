@@ -71,6 +71,12 @@ class Flavour:
             labels=labels,
         )
 
+    def local_secret_ref(self, name: str, namespace: str | None) -> dict[str, str]:
+        """A Secret reference: namespaced kinds read Secrets from their own namespace only."""
+        if self.namespaced or not namespace:
+            return {"name": name}
+        return {"name": name, "namespace": namespace}
+
     def release(self, spec: dict[str, Any], *, release_name: str) -> dict[str, Any]:
         """A provider-helm Release on the composed helm ProviderConfig."""
         spec = {**spec, "providerConfigRef": self._ref(self.helm_provider_config, "ProviderConfig")}
@@ -80,9 +86,8 @@ class Flavour:
         self, *, namespace: str, kubeconfig_secret: str
     ) -> dict[str, Any]:
         """The provider-helm ProviderConfig reading the CAPI kubeconfig Secret (key ``value``)."""
-        secret_ref = {"name": kubeconfig_secret, "key": "value"}
-        if not self.namespaced:
-            secret_ref["namespace"] = namespace
+        # Both provider-helm CRDs require the Secret's namespace, even the namespaced one.
+        secret_ref = {"namespace": namespace, "name": kubeconfig_secret, "key": "value"}
         return {
             "apiVersion": self.api_version("ProviderConfig"),
             "kind": "ProviderConfig",
@@ -98,6 +103,7 @@ class Flavour:
 
         ``of`` and ``by`` are (apiVersion, kind, metadata.name) of composed resources.
         """
+
         def ref(t: tuple[str, str, str]) -> dict[str, Any]:
             return {"apiVersion": t[0], "kind": t[1], "resourceRef": {"name": t[2]}}
 

@@ -118,9 +118,11 @@ def _namespace(xr: struct_pb2.Struct, spec: ClusterPluginSpec) -> tuple[str, boo
     )
 
 
-def _fatal(rsp: fnv1.RunFunctionResponse, message: str, target: int) -> fnv1.RunFunctionResponse:
+def _fatal(rsp: fnv1.RunFunctionResponse, message: str, target: Any) -> fnv1.RunFunctionResponse:
     rsp.results.append(
-        fnv1.Result(severity=fnv1.SEVERITY_FATAL, message=message, reason="InvalidInput", target=target)
+        fnv1.Result(
+            severity=fnv1.SEVERITY_FATAL, message=message, reason="InvalidInput", target=target
+        )
     )
     return rsp
 
@@ -133,13 +135,15 @@ def _carried_struct(observed: struct_pb2.Struct) -> struct_pb2.Struct:
             out.fields[key].CopyFrom(observed.fields[key])
     ext = structs.str_at(observed, "metadata", "annotations", EXTERNAL_NAME)
     if ext:
-        out.fields["metadata"].struct_value.fields["annotations"].struct_value.fields[EXTERNAL_NAME].string_value = ext
+        out.fields["metadata"].struct_value.fields["annotations"].struct_value.fields[
+            EXTERNAL_NAME
+        ].string_value = ext
     if "spec" in observed.fields:
         out.fields["spec"].CopyFrom(observed.fields["spec"])
     return out
 
 
-def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: int) -> None:
+def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: Any) -> None:
     for d in plan.resources:
         r = rsp.desired.resources[d.name]
         r.resource.Clear()
@@ -157,12 +161,21 @@ def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: i
     for c in plan.conditions:
         rsp.conditions.append(
             fnv1.Condition(
-                type=c.type, status=_CONDITION_STATUS[c.status], reason=c.reason, message=c.message, target=target
+                type=c.type,
+                status=_CONDITION_STATUS[c.status],
+                reason=c.reason,
+                message=c.message,
+                target=target,
             )
         )
     for res in plan.results:
         rsp.results.append(
-            fnv1.Result(severity=_SEVERITY[res.severity], reason=res.reason, message=res.message, target=target)
+            fnv1.Result(
+                severity=_SEVERITY[res.severity],
+                reason=res.reason,
+                message=res.message,
+                target=target,
+            )
         )
     ttl = step.ttl.ready if plan.all_ready else step.ttl.waiting
     rsp.meta.ttl.FromSeconds(ttl)
@@ -180,11 +193,16 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     rsp = response.to(req)
     xr = req.observed.composite.resource
     # Conditions and results also reach the claim of a legacy XR.
-    target = fnv1.TARGET_COMPOSITE_AND_CLAIM if structs.struct_at(xr, "spec", "claimRef") else fnv1.TARGET_COMPOSITE
+    target = (
+        fnv1.TARGET_COMPOSITE_AND_CLAIM
+        if structs.struct_at(xr, "spec", "claimRef")
+        else fnv1.TARGET_COMPOSITE
+    )
     spec_struct = structs.struct_at(xr, "spec") or struct_pb2.Struct()
     try:
         parsed = _parse(
-            spec_struct.SerializeToString(deterministic=True), req.input.SerializeToString(deterministic=True)
+            spec_struct.SerializeToString(deterministic=True),
+            req.input.SerializeToString(deterministic=True),
         )
         namespace, namespaced = _namespace(xr, parsed.spec)
     except InvalidInputError as err:
@@ -198,7 +216,11 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     _write_requirements(
         rsp,
         cluster.requirements(
-            req, cluster_name=spec.cluster_name, namespace=namespace, want_sa_secret=want_sa, step=step
+            req,
+            cluster_name=spec.cluster_name,
+            namespace=namespace,
+            want_sa_secret=want_sa,
+            step=step,
         ),
     )
     facts = cluster.read_facts(req, cluster_name=spec.cluster_name, namespace=namespace)
@@ -231,7 +253,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         log = self.log.bind(tag=req.meta.tag) if req.meta.tag else self.log
         try:
             return run(req, log)
-        except Exception as err:  # noqa: BLE001  # a bug must not take the server down
+        except Exception as err:  # a bug must not take the server down
             # Only the exception type and text: never the request (it holds Secrets).
             log.error("internal error", error=f"{type(err).__name__}: {err}")
             rsp = response.to(req)

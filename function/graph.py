@@ -174,14 +174,18 @@ class Ctx:
             return self.spec.irsa.oidc_provider_arn
         arn = self.observed.arn("irsa-oidc-provider")
         if not arn:
-            raise MissingFactError(Wait("irsa-oidc-provider ARN", "the OIDC provider has no ARN yet"))
+            raise MissingFactError(
+                Wait("irsa-oidc-provider ARN", "the OIDC provider has no ARN yet")
+            )
         return arn
 
     def arn_of(self, node: str) -> str:
         """The observed ARN of ``node``."""
         arn = self.observed.arn(node)
         if not arn:
-            raise MissingFactError(Wait(f"{node} ARN", f"{node} reports no status.atProvider.arn yet"))
+            raise MissingFactError(
+                Wait(f"{node} ARN", f"{node} reports no status.atProvider.arn yet")
+            )
         return arn
 
     def is_ready(self, node: str) -> bool:
@@ -232,9 +236,13 @@ def control_plane_available(ctx: Ctx) -> Wait | None:
 def _control_plane_wait(ctx: Ctx, state: str) -> Wait:
     ns, name = ctx.facts.namespace, ctx.spec.cluster_name
     if not ctx.facts.cluster_found and not ctx.facts.control_plane_found:
-        return Wait("Cluster", f"Cluster API Cluster {ns}/{name} has not been read yet (does it exist?)")
+        return Wait(
+            "Cluster", f"Cluster API Cluster {ns}/{name} has not been read yet (does it exist?)"
+        )
     if not ctx.facts.control_plane_found:
-        return Wait("control plane", f"the control plane of Cluster {ns}/{name} has not been read yet")
+        return Wait(
+            "control plane", f"the control plane of Cluster {ns}/{name} has not been read yet"
+        )
     return Wait(f"control plane {state}", f"the control plane of {ns}/{name} is not {state} yet")
 
 

@@ -87,11 +87,15 @@ class Names:
 
     def role(self, addon: str) -> str:
         """The IAM role name of ``addon``."""
-        return bounded(f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_ROLE_MAX)
+        return bounded(
+            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_ROLE_MAX
+        )
 
     def policy(self, addon: str) -> str:
         """The IAM policy name of ``addon`` (customer-managed policies)."""
-        return bounded(f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_POLICY_MAX)
+        return bounded(
+            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_POLICY_MAX
+        )
 
     def helm_provider_config(self, *, namespaced: bool) -> str:
         """The helm ProviderConfig name: per namespace when namespaced, cluster-wide otherwise."""

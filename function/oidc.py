@@ -11,6 +11,7 @@ import base64
 import functools
 import hashlib
 import json
+from typing import Any
 
 
 class KeyProblemError(ValueError):
@@ -53,6 +54,7 @@ def jwks_document(public_pem: bytes) -> str:
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: PLC0415
 
+    key: Any
     try:
         if b"BEGIN CERTIFICATE" in public_pem:
             key = x509.load_pem_x509_certificate(public_pem).public_key()
@@ -70,17 +72,24 @@ def jwks_document(public_pem: bytes) -> str:
             msg = f"the RSA key has {key.key_size} bits; STS needs at least 2048"
             raise KeyProblemError(msg)
         nums = key.public_numbers()
-        jwk = {"use": "sig", "kty": "RSA", "kid": kid, "alg": "RS256", "n": _uint(nums.n), "e": _uint(nums.e)}
+        jwk = {
+            "use": "sig",
+            "kty": "RSA",
+            "kid": kid,
+            "alg": "RS256",
+            "n": _uint(nums.n),
+            "e": _uint(nums.e),
+        }
     elif isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1":
-        nums = key.public_numbers()
+        point = key.public_numbers()
         jwk = {
             "use": "sig",
             "kty": "EC",
             "kid": kid,
             "alg": "ES256",
             "crv": "P-256",
-            "x": _b64url(nums.x.to_bytes(32, "big")),
-            "y": _b64url(nums.y.to_bytes(32, "big")),
+            "x": _b64url(point.x.to_bytes(32, "big")),
+            "y": _b64url(point.y.to_bytes(32, "big")),
         }
     else:
         msg = "the key is neither RSA (2048+ bits) nor ECDSA P-256"

@@ -42,13 +42,21 @@ PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = (
 USAGES: tuple[tuple[str, str, str], ...] = (
     ("ebs-release", "ebs-role", "the EBS CSI driver uses this role until it is uninstalled"),
     ("efs-release", "efs-role", "the EFS CSI driver uses this role until it is uninstalled"),
-    ("lbc-release", "lbc-role", "the load balancer controller uses this role until it is uninstalled"),
+    (
+        "lbc-release",
+        "lbc-role",
+        "the load balancer controller uses this role until it is uninstalled",
+    ),
     ("ebs-release", "cni-release", "pods of the EBS CSI driver need the CNI until they are gone"),
     ("efs-release", "cni-release", "pods of the EFS CSI driver need the CNI until they are gone"),
     ("lbc-release", "cni-release", "the load balancer controller needs the CNI until it is gone"),
     ("cni-release", "vpc-cni-role", "aws-node uses this role until it is uninstalled"),
     ("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),
-    ("pod-identity-webhook-release", "cert-manager-release", "the webhook's certificate comes from cert-manager"),
+    (
+        "pod-identity-webhook-release",
+        "cert-manager-release",
+        "the webhook's certificate comes from cert-manager",
+    ),
     ("vpc-cni-role-attachment", "vpc-cni-role", "a role with attached policies cannot be deleted"),
     ("ebs-role-attachment", "ebs-role", "a role with attached policies cannot be deleted"),
     ("efs-role-attachment", "efs-role", "a role with attached policies cannot be deleted"),
@@ -133,7 +141,11 @@ def check_values(spec: ClusterPluginSpec) -> None:
         (spec.networking.calico, calico.OWNED, "spec.networking.calico.values"),
         (spec.storage.ebs, csi.EBS_OWNED, "spec.storage.ebs.values"),
         (spec.storage.efs, csi.EFS_OWNED, "spec.storage.efs.values"),
-        (spec.ingress.aws_load_balancer_controller, lbc.OWNED, "spec.ingress.awsLoadBalancerController.values"),
+        (
+            spec.ingress.aws_load_balancer_controller,
+            lbc.OWNED,
+            "spec.ingress.awsLoadBalancerController.values",
+        ),
     )
     for addon, owned, field_path in pairs:
         if addon is not None:
@@ -183,10 +195,16 @@ class _Emitter:
         return None
 
 
-def _plugin_status(ctx: Ctx, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]) -> PluginStatus:
+def _plugin_status(
+    ctx: Ctx, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]
+) -> PluginStatus:
     names = [n.name for n in plugin.nodes]
     emitted_here = [n for n in names if n in emitted]
-    not_ready = [n.name for n in plugin.nodes if n.name in emitted and not ctx.observed.ready(n.name, n.readiness)]
+    not_ready = [
+        n.name
+        for n in plugin.nodes
+        if n.name in emitted and not ctx.observed.ready(n.name, n.readiness)
+    ]
     blocked = next((w for _, w in held if w.blocked), None)
     if blocked is not None:
         return PluginStatus(plugin.name, BLOCKED, blocked.waiting_for, blocked.message)
@@ -198,7 +216,10 @@ def _plugin_status(ctx: Ctx, plugin: Plugin, held: list[tuple[Node, Wait]], emit
         phase = INSTALLING if emitted_here else PENDING
         return PluginStatus(plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}")
     return PluginStatus(
-        plugin.name, INSTALLING, f"{not_ready[0]} Ready", f"waiting for {', '.join(not_ready)} to become Ready"
+        plugin.name,
+        INSTALLING,
+        f"{not_ready[0]} Ready",
+        f"waiting for {', '.join(not_ready)} to become Ready",
     )
 
 
@@ -221,7 +242,12 @@ def _summary(plugins: list[PluginStatus]) -> ConditionOut:
     if not plugins:
         return ConditionOut("PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons")
     if all(p.phase == READY for p in plugins):
-        return ConditionOut("PluginsReady", "True", "AllPluginsReady", f"{len(plugins)} plugin(s) ready: " + ", ".join(p.name for p in plugins))
+        return ConditionOut(
+            "PluginsReady",
+            "True",
+            "AllPluginsReady",
+            f"{len(plugins)} plugin(s) ready: " + ", ".join(p.name for p in plugins),
+        )
     blocked = [p for p in plugins if p.phase == BLOCKED]
     if blocked:
         msg = "; ".join(f"{p.name}: {p.message}" for p in blocked)
@@ -257,18 +283,23 @@ def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> di
 
 def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
     before = {
-        structs.str_at(p, "name"): structs.str_at(p, "phase") for p in structs.structs_at(xr, "status", "plugins")
+        structs.str_at(p, "name"): structs.str_at(p, "phase")
+        for p in structs.structs_at(xr, "status", "plugins")
     }
     for p in plan.plugins:
         was = before.pop(p.name, None)
         if was == p.phase:
             continue
         if p.phase == BLOCKED:
-            plan.results.append(ResultOut("Warning", "PluginBlocked", f"{p.name} is blocked: {p.message}"))
+            plan.results.append(
+                ResultOut("Warning", "PluginBlocked", f"{p.name} is blocked: {p.message}")
+            )
         else:
             detail = f" (waiting for {p.waiting_for})" if p.waiting_for else ""
             plan.results.append(
-                ResultOut("Normal", f"Plugin{p.phase}", f"{p.name}: {was or 'new'} -> {p.phase}{detail}")
+                ResultOut(
+                    "Normal", f"Plugin{p.phase}", f"{p.name}: {was or 'new'} -> {p.phase}{detail}"
+                )
             )
     for name in sorted(n for n in before if n):
         plan.results.append(ResultOut("Normal", "PluginRemoved", f"{name} removed from the spec"))
@@ -279,7 +310,11 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
                 prev = (structs.str_at(c, "status"), structs.str_at(c, "reason"))
         if prev == (cond.status, cond.reason):
             continue
-        if cond.type == "SecurityGroupsReady" and cond.status == "False" and cond.reason == "IngressRulesMissing":
+        if (
+            cond.type == "SecurityGroupsReady"
+            and cond.status == "False"
+            and cond.reason == "IngressRulesMissing"
+        ):
             plan.results.append(ResultOut("Warning", cond.reason, cond.message))
 
 

@@ -39,8 +39,11 @@ def managed_policy_arn(addon: str, partition: Partition) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def trust_policy(provider_arn: str, issuer_host_path: str, namespace: str, service_account: str) -> str:
+def trust_policy(
+    provider_arn: str, issuer_host_path: str, namespace: str, service_account: str
+) -> str:
     """The IRSA trust policy: one provider, one service account, one audience."""
+    subject = f"system:serviceaccount:{namespace}:{service_account}"
     return _compact(
         {
             "Version": "2012-10-17",
@@ -51,7 +54,7 @@ def trust_policy(provider_arn: str, issuer_host_path: str, namespace: str, servi
                     "Action": "sts:AssumeRoleWithWebIdentity",
                     "Condition": {
                         "StringEquals": {
-                            f"{issuer_host_path}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{issuer_host_path}:sub": subject,
                             f"{issuer_host_path}:aud": STS_AUDIENCE,
                         }
                     },

@@ -56,7 +56,10 @@ def s3_bucket_name_problem(name: str) -> str | None:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", name):
         # S3 also allows dots, but a dotted bucket breaks the TLS certificate of
         # the virtual-hosted issuer URL, so STS could not fetch the documents.
-        return f"{name!r} may hold only lower-case letters, digits and '-' (no dots), starting and ending with a letter or digit"
+        return (
+            f"{name!r} may hold only lower-case letters, digits and '-' (no dots), "
+            "starting and ending with a letter or digit"
+        )
     if name.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or name.endswith(
         ("-s3alias", "--ol-s3", "--x-s3", "--table-s3")
     ):
@@ -80,7 +83,7 @@ def _values_object(v: Any) -> Any:
         return {}
     if not isinstance(v, dict):
         msg = f"must be an object of Helm values (got {type(v).__name__})"
-        raise ValueError(msg)  # noqa: TRY004  # Pydantic wants ValueError here.
+        raise ValueError(msg)  # Pydantic wants ValueError here.
     return v
 
 
@@ -206,9 +209,7 @@ class PodIdentityWebhookSpec(_Strict):
     """The amazon-eks-pod-identity-webhook (needed on non-EKS clusters)."""
 
     install: bool = True
-    cert_manager: CertManagerMode = Field(
-        default=CertManagerMode.INSTALL, alias="certManager"
-    )
+    cert_manager: CertManagerMode = Field(default=CertManagerMode.INSTALL, alias="certManager")
 
 
 class IRSASpec(_Strict):
@@ -314,13 +315,20 @@ class ClusterPluginSpec(_Strict):
 # --- step input ------------------------------------------------------------
 
 
+class SecretRef(_Strict):
+    """A reference to a Secret (registry credentials for a chart)."""
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+
+
 class ChartSource(_Strict):
     """Where a chart comes from. ``repository`` may be an https or oci:// URL."""
 
     repository: str = Field(min_length=1)
     name: str = Field(min_length=1)
     version: str
-    pull_secret_ref: dict[str, str] | None = Field(default=None, alias="pullSecretRef")
+    pull_secret_ref: SecretRef | None = Field(default=None, alias="pullSecretRef")
 
     _version = field_validator("version")(_check_version)
 
@@ -452,15 +460,16 @@ class StepInput(_Strict):
     aws_provider_config: ProviderConfigRef = Field(
         default_factory=ProviderConfigRef, alias="awsProviderConfig"
     )
-    cluster_api: ClusterAPIVersions = Field(
-        default_factory=ClusterAPIVersions, alias="clusterAPI"
-    )
+    cluster_api: ClusterAPIVersions = Field(default_factory=ClusterAPIVersions, alias="clusterAPI")
 
     @field_validator("name_prefix")
     @classmethod
     def _prefix(cls, v: str) -> str:
         if v and not re.match(r"^[a-z0-9][a-z0-9-]*$", v):
-            msg = f"{v!r} may hold only lower-case letters, digits and '-' (it starts bucket and role names)"
+            msg = (
+                f"{v!r} may hold only lower-case letters, digits and '-' "
+                "(it starts bucket and role names)"
+            )
             raise ValueError(msg)
         return v
 

@@ -81,7 +81,13 @@ def _arn(obj: dict[str, Any]) -> str | None:
     fp = obj.get("spec", {}).get("forProvider", {})
     ext = obj.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name", "")
     region = fp.get("region", "us-east-1")
-    part = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    part = (
+        "aws-cn"
+        if region.startswith("cn-")
+        else "aws-us-gov"
+        if region.startswith("us-gov-")
+        else "aws"
+    )
     if kind == "Role":
         return f"arn:{part}:iam::{ACCOUNT}:role{fp.get('path', '/')}{ext}"
     if kind == "Policy":
@@ -98,18 +104,39 @@ def _arn(obj: dict[str, Any]) -> str | None:
 def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool) -> None:
     """Rewrite a control plane's status, in the shape of its own API version."""
     status = obj.setdefault("status", {})
-    if obj.get("apiVersion", "").endswith("/v1beta1") or obj.get("kind") == "AWSManagedControlPlane":
+    if (
+        obj.get("apiVersion", "").endswith("/v1beta1")
+        or obj.get("kind") == "AWSManagedControlPlane"
+    ):
         status["initialized"] = initialized
         status["ready"] = available
         status["conditions"] = [
-            {"type": "Ready", "status": str(available), "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Available", "status": str(available), "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {
+                "type": "Ready",
+                "status": str(available),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            },
+            {
+                "type": "Available",
+                "status": str(available),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            },
         ]
         return
     status.setdefault("initialization", {})["controlPlaneInitialized"] = initialized
     status["conditions"] = [
-        {"type": "Initialized", "status": str(initialized), "reason": "Initialized" if initialized else "NotInitialized", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-        {"type": "Available", "status": str(available), "reason": "Available" if available else "NotAvailable", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {
+            "type": "Initialized",
+            "status": str(initialized),
+            "reason": "Initialized" if initialized else "NotInitialized",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
+        {
+            "type": "Available",
+            "status": str(available),
+            "reason": "Available" if available else "NotAvailable",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
     ]
 
 
@@ -146,7 +173,12 @@ class World:
     def control_plane(self) -> dict[str, Any] | None:
         """The first control-plane object among the required objects."""
         return next(
-            (o for o in self.required if o.get("kind") in {"KubeadmControlPlane", "AWSManagedControlPlane"}), None
+            (
+                o
+                for o in self.required
+                if o.get("kind") in {"KubeadmControlPlane", "AWSManagedControlPlane"}
+            ),
+            None,
         )
 
     def set_control_plane(self, *, initialized: bool, available: bool) -> None:
@@ -156,7 +188,11 @@ class World:
             set_control_plane(cp, initialized=initialized, available=available)
 
     def _visible_required(self) -> list[dict[str, Any]]:
-        return [o for o in self.required if f"{o.get('kind')}/{o['metadata']['name']}" not in self.hidden]
+        return [
+            o
+            for o in self.required
+            if f"{o.get('kind')}/{o['metadata']['name']}" not in self.hidden
+        ]
 
     # --- Crossplane ---------------------------------------------------------
 
@@ -181,7 +217,11 @@ class World:
         req.meta.tag = f"step-{self.step}"
         if self.capabilities:
             req.meta.capabilities.extend(
-                [fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES, fnv1.CAPABILITY_CONDITIONS]
+                [
+                    fnv1.CAPABILITY_CAPABILITIES,
+                    fnv1.CAPABILITY_REQUIRED_RESOURCES,
+                    fnv1.CAPABILITY_CONDITIONS,
+                ]
             )
         req.observed.composite.resource.update(self.xr)
         for name in sorted(self.composed):
@@ -225,7 +265,9 @@ class World:
         """One Crossplane reconcile of the XR, then one tick of the providers."""
         self.step += 1
         rsp, iterations = self.call()
-        rec = Reconcile(self.step, response=rsp, iterations=iterations, ttl=rsp.meta.ttl.ToSeconds())
+        rec = Reconcile(
+            self.step, response=rsp, iterations=iterations, ttl=rsp.meta.ttl.ToSeconds()
+        )
         fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
         if fatal is not None:
             rec.fatal = fatal.message
@@ -251,7 +293,7 @@ class World:
                 c = self._create(name, body)
                 rec.created.append(name)
             all_ready = all_ready and r.ready == fnv1.READY_TRUE
-        self._write_xr(rsp, all_ready)
+        self._write_xr(rsp, all_ready=all_ready)
         rec.xr_ready = self.xr_ready
         self.history.append(rec)
         self._tick()
@@ -279,7 +321,7 @@ class World:
                 return bool(c.get("status") == "True")
         return False
 
-    def _write_xr(self, rsp: fnv1.RunFunctionResponse, all_ready: bool) -> None:
+    def _write_xr(self, rsp: fnv1.RunFunctionResponse, *, all_ready: bool) -> None:
         desired = resource.struct_to_dict(rsp.desired.composite.resource)
         status = self.xr.setdefault("status", {})
         for key in ("issuerURL", "oidcProviderARN", "roleARNs", "plugins"):
@@ -287,16 +329,25 @@ class World:
         status.update(desired.get("status", {}))
         ready = all_ready and rsp.desired.composite.ready != fnv1.READY_FALSE
         names = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}
-        conditions = [{"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"}]
+        conditions = [
+            {"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"}
+        ]
         conditions += [
-            {"type": c.type, "status": names.get(c.status, "Unknown"), "reason": c.reason, "message": c.message}
+            {
+                "type": c.type,
+                "status": names.get(c.status, "Unknown"),
+                "reason": c.reason,
+                "message": c.message,
+            }
             for c in rsp.conditions
         ]
         status["conditions"] = conditions
 
     def _tick(self) -> None:
         for c in self.composed.values():
-            c.ready = c.name not in self.held_down and self.step - c.created_at + 1 >= self.ready_delay
+            c.ready = (
+                c.name not in self.held_down and self.step - c.created_at + 1 >= self.ready_delay
+            )
 
     def run(self, steps: int, *, before: Callable[[World], None] | None = None) -> list[Reconcile]:
         """Reconcile ``steps`` times, calling ``before(world)`` ahead of each."""

@@ -6,7 +6,15 @@ from typing import Any
 
 from function.addons import security_groups
 from function.addons.helm import release
-from function.graph import Ctx, MissingFactError, Node, Plugin, Wait, after, control_plane_initialized
+from function.graph import (
+    Ctx,
+    MissingFactError,
+    Node,
+    Plugin,
+    Wait,
+    after,
+    control_plane_initialized,
+)
 from function.spec import CalicoEncapsulation
 
 PLUGIN = "calico"
@@ -24,7 +32,8 @@ def _pod_cidr(ctx: Ctx) -> str:
         raise MissingFactError(
             Wait(
                 "pod CIDR",
-                "set spec.networking.calico.cidr, or the Cluster's spec.clusterNetwork.pods.cidrBlocks",
+                "set spec.networking.calico.cidr, "
+                "or the Cluster's spec.clusterNetwork.pods.cidrBlocks",
                 blocked=True,
             )
         )

@@ -86,7 +86,9 @@ def efs_release(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def _plugin(ctx: Ctx, *, name: str, role: str, sa: str, release_node: Node, role_key: str) -> Plugin:
+def _plugin(
+    ctx: Ctx, *, name: str, role: str, sa: str, release_node: Node, role_key: str
+) -> Plugin:
     nodes: list[Node] = []
     if ctx.irsa is not IRSAMode.DISABLED:
         nodes += role_nodes(

@@ -30,7 +30,8 @@ def check_owned(user: dict[str, Any], owned: tuple[Path, ...], field: str) -> No
                 # A scalar where the function needs a map also fights the owned key.
                 bad = ".".join(path[:depth])
                 raise InvalidInputError(
-                    f"{field}.{bad}", f"must be an object: the function sets {'.'.join(path)} under it"
+                    f"{field}.{bad}",
+                    f"must be an object: the function sets {'.'.join(path)} under it",
                 )
             if key not in node:
                 break
@@ -68,7 +69,9 @@ def release(
         "version": version or chart.version,
     }
     if chart.pull_secret_ref:
-        chart_spec["pullSecretRef"] = dict(chart.pull_secret_ref)
+        chart_spec["pullSecretRef"] = ctx.flavour.local_secret_ref(
+            chart.pull_secret_ref.name, chart.pull_secret_ref.namespace
+        )
     for_provider: dict[str, Any] = {
         "chart": chart_spec,
         "namespace": namespace,

@@ -34,7 +34,9 @@ def _tags(ctx: Ctx) -> dict[str, str]:
 
 
 def _s3(ctx: Ctx, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
-    return ctx.flavour.managed(kind, {"bucket": ctx.names.bucket, "region": ctx.region, **for_provider})
+    return ctx.flavour.managed(
+        kind, {"bucket": ctx.names.bucket, "region": ctx.region, **for_provider}
+    )
 
 
 def bucket(ctx: Ctx) -> dict[str, Any]:
@@ -185,14 +187,18 @@ def plugin(ctx: Ctx) -> Plugin | None:
         ),
     ]
     if webhook_installed(ctx):
-        installs_cert_manager = ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL
+        installs_cert_manager = (
+            ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL
+        )
         if installs_cert_manager:
             nodes.append(Node("cert-manager-release", cert_manager, (cni_ready,)))
         nodes.append(
             Node(
                 "pod-identity-webhook-release",
                 webhook,
-                (cni_ready, after("cert-manager-release")) if installs_cert_manager else (cni_ready,),
+                (cni_ready, after("cert-manager-release"))
+                if installs_cert_manager
+                else (cni_ready,),
             )
         )
     return Plugin(PLUGIN, tuple(nodes))

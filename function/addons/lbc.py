@@ -53,9 +53,7 @@ def policy(ctx: Ctx) -> dict[str, Any]:
 def _vpc_id(ctx: Ctx) -> str:
     if ctx.facts.vpc_id:
         return ctx.facts.vpc_id
-    raise MissingFactError(
-        Wait("VPC id", "the AWSCluster reports no spec.network.vpc.id yet")
-    )
+    raise MissingFactError(Wait("VPC id", "the AWSCluster reports no spec.network.vpc.id yet"))
 
 
 def lbc_release(ctx: Ctx) -> dict[str, Any]:

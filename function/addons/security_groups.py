@@ -77,7 +77,17 @@ def needs(spec: ClusterPluginSpec) -> list[PortNeed]:
         # Pods get VPC addresses behind the node ENIs' groups: allow all traffic
         # between node and control-plane groups, as EKS's cluster group does.
         out.append(
-            PortNeed("vpc-cni-all", "vpc-cni", "-1", -1, 65535, BOTH, BOTH, "cniIngressRules", "all traffic (vpc-cni)")
+            PortNeed(
+                "vpc-cni-all",
+                "vpc-cni",
+                "-1",
+                -1,
+                65535,
+                BOTH,
+                BOTH,
+                "cniIngressRules",
+                "all traffic (vpc-cni)",
+            )
         )
     if spec.ingress.aws_load_balancer_controller is not None:
         out.append(
@@ -114,12 +124,14 @@ def _composes_onto(ctx: Ctx, role: str) -> bool:
     return mode is SecurityGroupMode.ALWAYS or role in ctx.facts.sg_overrides
 
 
-def _rule_builder(need: PortNeed, target: str, source: str):  # noqa: ANN202
+def _rule_builder(need: PortNeed, target: str, source: str):
     def build(ctx: Ctx) -> dict[str, Any]:
         target_id, source_id = _group_id(ctx, target), _group_id(ctx, source)
         if not target_id or not source_id:
             raise MissingFactError(
-                Wait("security groups", "the AWSCluster has not reported its security group ids yet")
+                Wait(
+                    "security groups", "the AWSCluster has not reported its security group ids yet"
+                )
             )
         for_provider: dict[str, Any] = {
             "region": ctx.region,
@@ -145,18 +157,26 @@ def nodes(ctx: Ctx, plugin: str) -> list[Node]:
         if need.plugin != plugin:
             continue
         for target in need.targets:
-            if not _composes_onto(ctx, target):
-                continue
             for source in need.sources:
-                out.append(Node(_rule_name(need, target, source), _rule_builder(need, target, source)))
+                name = _rule_name(need, target, source)
+                # Facts come and go (an AWSCluster briefly unreadable); a rule that
+                # exists stays unless the user asked for Never.
+                keep = (
+                    ctx.observed.exists(name)
+                    and ctx.spec.security_groups.manage is not SecurityGroupMode.NEVER
+                )
+                if _composes_onto(ctx, target) or keep:
+                    out.append(Node(name, _rule_builder(need, target, source)))
     return out
 
 
 def _covers(rule: IngressRule, need: PortNeed, source: str, source_id: str | None) -> bool:
     if rule.protocol not in {"-1", need.protocol}:
         return False
-    if need.protocol in {"tcp", "udp"} and rule.protocol != "-1" and not (
-        rule.from_port <= need.from_port and rule.to_port >= need.to_port
+    if (
+        need.protocol in {"tcp", "udp"}
+        and rule.protocol != "-1"
+        and not (rule.from_port <= need.from_port and rule.to_port >= need.to_port)
     ):
         return False
     return (
@@ -175,17 +195,10 @@ class SecurityGroupReport:
     message: str
 
 
-def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:
-    """Whether every port the wanted add-ons need is open, and how to fix it if not."""
-    wanted = needs(ctx.spec)
-    if not wanted:
-        return SecurityGroupReport("True", "NotRequired", "no add-on needs extra ports")
-    if ctx.facts.eks:
-        return SecurityGroupReport(
-            "True", "ManagedByEKS", "EKS manages the cluster security group; nothing to check"
-        )
-    if not ctx.facts.infrastructure_found:
-        return SecurityGroupReport("Unknown", "WaitingForAWSCluster", "the AWSCluster has not been read yet")
+def _gaps(
+    ctx: Ctx, wanted: list[PortNeed], emitted: set[str]
+) -> tuple[list[PortNeed], list[str], set[str]]:
+    """(needs CAPA's groups lack, composed rules not ready yet, roles with no known group)."""
     missing: list[PortNeed] = []
     composing: list[str] = []
     unknown: set[str] = set()
@@ -200,21 +213,42 @@ def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:
                 group = ctx.facts.sg_managed.get(target)
                 if group is None:
                     unknown.add(target)
-                    continue
-                if not any(_covers(r, need, source, _group_id(ctx, source)) for r in group.rules):
-                    if need not in missing:
-                        missing.append(need)
+                elif need not in missing and not any(
+                    _covers(r, need, source, _group_id(ctx, source)) for r in group.rules
+                ):
+                    missing.append(need)
+    return missing, composing, unknown
+
+
+def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911  # one per reason
+    """Whether every port the wanted add-ons need is open, and how to fix it if not."""
+    wanted = needs(ctx.spec)
+    if not wanted:
+        return SecurityGroupReport("True", "NotRequired", "no add-on needs extra ports")
+    if ctx.facts.eks:
+        return SecurityGroupReport(
+            "True", "ManagedByEKS", "EKS manages the cluster security group; nothing to check"
+        )
+    if not ctx.facts.infrastructure_found:
+        return SecurityGroupReport(
+            "Unknown", "WaitingForAWSCluster", "the AWSCluster has not been read yet"
+        )
+    missing, composing, unknown = _gaps(ctx, wanted, emitted)
     if missing:
-        return SecurityGroupReport("False", "IngressRulesMissing", _fix_message(ctx, wanted, missing))
+        return SecurityGroupReport(
+            "False", "IngressRulesMissing", _fix_message(ctx, wanted, missing)
+        )
     if unknown:
+        groups = " or ".join(sorted(unknown))
         return SecurityGroupReport(
             "Unknown",
             "SecurityGroupsUnknown",
-            f"the AWSCluster reports no {' or '.join(sorted(unknown))} security group yet",
+            f"the AWSCluster reports no {groups} security group yet",
         )
     if composing:
+        shown = ", ".join(composing[:4])
         return SecurityGroupReport(
-            "False", "Composing", f"waiting for {len(composing)} ingress rule(s): {', '.join(composing[:4])}"
+            "False", "Composing", f"waiting for {len(composing)} ingress rule(s): {shown}"
         )
     return SecurityGroupReport("True", "Available", "every port the add-ons need is open")
 
@@ -227,10 +261,14 @@ def _fix_message(ctx: Ctx, wanted: list[PortNeed], missing: list[PortNeed]) -> s
         # Setting cniIngressRules replaces CAPA's default Calico rules, so the
         # list given is the whole set the CNI needs, not just what is missing.
         entries = json.dumps([n.capa_entry() for n in cni], separators=(", ", ": "))
-        parts.append(f"Set AWSCluster {ctx.facts.namespace}/{ctx.spec.cluster_name} spec.network.cni.cniIngressRules to {entries}.")
+        where = f"AWSCluster {ctx.facts.namespace}/{ctx.spec.cluster_name}"
+        parts.append(f"Set {where} spec.network.cni.cniIngressRules to {entries}.")
     node = [n for n in missing if n.capa_list == "additionalNodeIngressRules"]
     if node:
         entries = json.dumps([n.capa_entry() for n in node], separators=(", ", ": "))
         parts.append(f"Add to spec.network.additionalNodeIngressRules: {entries}.")
-    parts.append("Or list your own groups in spec.network.securityGroupOverrides and the function composes the rules.")
+    parts.append(
+        "Or list your own groups in spec.network.securityGroupOverrides "
+        "and the function composes the rules."
+    )
     return " ".join(parts)

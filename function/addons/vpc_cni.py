@@ -8,7 +8,14 @@ from function import structs
 from function.addons import security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
 from function.addons.iam import role_nodes
-from function.graph import Ctx, Node, Plugin, control_plane_initialized, role_ready, webhook_installed
+from function.graph import (
+    Ctx,
+    Node,
+    Plugin,
+    control_plane_initialized,
+    role_ready,
+    webhook_installed,
+)
 from function.policies import managed_policy_arn
 from function.spec import IRSAMode
 
@@ -30,7 +37,9 @@ def _restarted(ctx: Ctx) -> bool:
     # Once set it stays set, so a webhook flap never restarts aws-node again.
     observed = ctx.observed.get("cni-release")
     return observed is not None and (
-        structs.str_at(observed, "spec", "forProvider", "values", "podAnnotations", RESTART_ANNOTATION)
+        structs.str_at(
+            observed, "spec", "forProvider", "values", "podAnnotations", RESTART_ANNOTATION
+        )
         is not None
     )
 
