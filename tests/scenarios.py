@@ -1,0 +1,179 @@
+"""Scenarios shared by the tests: the bundled examples and variants of them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from function.world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def example(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(XR, required objects) of an example."""
+    xr = load_yaml(EXAMPLES / name / "xr.yaml")
+    required = [load_yaml(p) for p in sorted((EXAMPLES / name / "required").glob("*.yaml"))]
+    return xr, required
+
+
+def find(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind)
+
+
+@dataclass
+class Scenario:
+    """An example, possibly changed, and how to play it."""
+
+    name: str
+    example: str
+    mutate_xr: Callable[[dict[str, Any]], None] | None = None
+    mutate_required: Callable[[list[dict[str, Any]]], None] | None = None
+    step_input: dict[str, Any] = field(default_factory=dict)
+    crossplane_v1: bool = False
+
+    def world(self, *, staged: bool = True, **kw: Any) -> World:
+        xr, required = example(self.example)
+        xr, required = copy.deepcopy(xr), copy.deepcopy(required)
+        if self.mutate_xr:
+            self.mutate_xr(xr)
+        if self.mutate_required:
+            self.mutate_required(required)
+        w = World(xr, required, step_input=self.step_input, crossplane_v1=self.crossplane_v1, **kw)
+        if staged:
+            w.set_control_plane(initialized=False, available=False)
+        return w
+
+
+def staged_control_plane(initialized_at: int = 3, available_at: int = 8) -> Callable[[World], None]:
+    """A ``before`` hook bringing the control plane up at the given reconciles."""
+
+    def before(w: World) -> None:
+        if w.step + 1 == initialized_at:
+            w.set_control_plane(initialized=True, available=False)
+        if w.step + 1 == available_at:
+            w.set_control_plane(initialized=True, available=True)
+
+    return before
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(xr: dict[str, Any]) -> None:
+        node = xr["spec"]
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+
+    return mutate
+
+
+def _all(*fns: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def mutate(xr: dict[str, Any]) -> None:
+        for f in fns:
+            f(xr)
+
+    return mutate
+
+
+def _legacy(xr: dict[str, Any]) -> None:
+    # The full example as a legacy cluster-scoped XClusterPlugin without a claim.
+    xr["kind"] = "XClusterPlugin"
+    ns = xr["metadata"].pop("namespace")
+    xr["spec"]["clusterNamespace"] = ns
+
+
+def _overrides(required: list[dict[str, Any]]) -> None:
+    # The user brings their own node and control-plane groups: CAPA leaves them alone.
+    aws = find(required, "AWSCluster")
+    aws["spec"]["network"]["securityGroupOverrides"] = {
+        "controlplane": "sg-0ccccccccccccccc1",
+        "node": "sg-0ddddddddddddddd1",
+    }
+
+
+def _region(region: str) -> Callable[[list[dict[str, Any]]], None]:
+    def mutate(required: list[dict[str, Any]]) -> None:
+        find(required, "AWSCluster")["spec"]["region"] = region
+
+    return mutate
+
+
+SCENARIOS = [
+    Scenario("selfhosted-full", "selfhosted-full"),
+    Scenario("calico-legacy-claim", "calico-legacy-claim"),
+    Scenario("calico-legacy-claim-v1", "calico-legacy-claim", crossplane_v1=True),
+    Scenario("external-eks", "external-eks"),
+    Scenario("selfhosted-legacy-xr", "selfhosted-full", mutate_xr=_legacy),
+    Scenario("selfhosted-legacy-xr-v1", "selfhosted-full", mutate_xr=_legacy, crossplane_v1=True),
+    Scenario(
+        "irsa-disabled",
+        "selfhosted-full",
+        mutate_xr=_set("irsa", {"mode": "Disabled"}),
+    ),
+    Scenario(
+        "sg-overrides-auto",
+        "calico-legacy-claim",
+        mutate_required=_overrides,
+        mutate_xr=_set("networking.calico.encapsulation", "IPIP"),
+    ),
+    Scenario(
+        "sg-always-vpc-cni",
+        "selfhosted-full",
+        mutate_xr=_set("securityGroups", {"manage": "Always"}),
+    ),
+    Scenario(
+        "cert-manager-existing",
+        "selfhosted-full",
+        mutate_xr=_set("irsa.podIdentityWebhook", {"install": True, "certManager": "Existing"}),
+    ),
+    Scenario(
+        "no-webhook-no-cni",
+        "selfhosted-full",
+        mutate_xr=_all(
+            _set("irsa.podIdentityWebhook", {"install": False}),
+            lambda xr: xr["spec"].pop("networking"),
+        ),
+    ),
+    Scenario("china-region", "selfhosted-full", mutate_required=_region("cn-north-1")),
+    Scenario("govcloud-region", "selfhosted-full", mutate_required=_region("us-gov-west-1")),
+    Scenario(
+        "prefixed-and-versions",
+        "selfhosted-full",
+        step_input={
+            "namePrefix": "acme-",
+            "ttl": {"waiting": "15s", "ready": "30m"},
+            "charts": {
+                "ebs": {
+                    "repository": "oci://registry.example.com/charts",
+                    "name": "aws-ebs-csi-driver",
+                    "version": "2.63.0",
+                    "pullSecretRef": {"name": "registry", "namespace": "crossplane-system"},
+                }
+            },
+        },
+        mutate_xr=_all(
+            _set(
+                "storage.ebs.values",
+                {"controller": {"replicaCount": 3}, "node": {"tolerateAllTaints": True}},
+            ),
+            _set("networking.amazonVPC.version", "1.21.1"),
+        ),
+    ),
+]
+
+SCENARIO_IDS = [s.name for s in SCENARIOS]
+
+
+def by_name(name: str) -> Scenario:
+    return next(s for s in SCENARIOS if s.name == name)

@@ -1,0 +1,412 @@
+"""Protocol-level tests: build a RunFunctionRequest, run the function, compare the response."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from crossplane.function import logging, resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import duration_pb2, json_format
+
+from function import fn
+from tests.scenarios import example, find
+
+logging.configure(logging.Level.DISABLED)
+
+
+def request(
+    xr: dict[str, Any],
+    *,
+    required: dict[str, list[dict[str, Any]]] | None = None,
+    observed: dict[str, dict[str, Any]] | None = None,
+    step_input: dict[str, Any] | None = None,
+) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest(
+        observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(xr))),
+    )
+    for name, items in (required or {}).items():
+        for item in items:
+            req.required_resources[name].items.add().resource.update(item)
+    for name, obj in (observed or {}).items():
+        req.observed.resources[name].resource.update(obj)
+    if step_input:
+        req.input.update(step_input)
+    return req
+
+
+def run(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
+    rsp = asyncio.run(fn.FunctionRunner().RunFunction(req, None))
+    return json_format.MessageToDict(rsp)
+
+
+def test_no_plugins_whole_response() -> None:
+    """An XR asking for no add-ons: the helm ProviderConfig, requirements, status, conditions."""
+    xr = {
+        "apiVersion": "clusterplugin.dev/v1alpha1",
+        "kind": "ClusterPlugin",
+        "metadata": {"name": "bare", "namespace": "team-b"},
+        "spec": {"clusterName": "bare"},
+    }
+    got = run(request(xr))
+    want = {
+        "meta": {"ttl": "600s"},
+        "context": {},
+        "desired": {
+            "composite": {
+                "resource": {"status": {"roleARNs": {}, "plugins": []}},
+            },
+            "resources": {
+                "helm-provider-config": {
+                    "resource": {
+                        "apiVersion": "helm.m.crossplane.io/v1beta1",
+                        "kind": "ProviderConfig",
+                        "metadata": {"name": "bare-helm"},
+                        "spec": {
+                            "credentials": {
+                                "source": "Secret",
+                                "secretRef": {
+                                    "namespace": "team-b",
+                                    "name": "bare-kubeconfig",
+                                    "key": "value",
+                                },
+                            }
+                        },
+                    },
+                    "ready": "READY_FALSE",
+                }
+            },
+        },
+        "conditions": [
+            {
+                "type": "PluginsReady",
+                "status": "STATUS_CONDITION_TRUE",
+                "reason": "NoPlugins",
+                "message": "the spec asks for no add-ons",
+                "target": "TARGET_COMPOSITE",
+            },
+            {
+                "type": "SecurityGroupsReady",
+                "status": "STATUS_CONDITION_TRUE",
+                "reason": "NotRequired",
+                "message": "no add-on needs extra ports",
+                "target": "TARGET_COMPOSITE",
+            },
+        ],
+        "requirements": {
+            "resources": {
+                "cluster": {
+                    "apiVersion": "cluster.x-k8s.io/v1beta2",
+                    "kind": "Cluster",
+                    "matchName": "bare",
+                    "namespace": "team-b",
+                }
+            },
+            "extraResources": {
+                "control-plane": {
+                    "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                    "kind": "KubeadmControlPlane",
+                    "matchLabels": {"labels": {"cluster.x-k8s.io/cluster-name": "bare"}},
+                },
+                "infrastructure": {
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                    "kind": "AWSCluster",
+                    "matchLabels": {"labels": {"cluster.x-k8s.io/cluster-name": "bare"}},
+                },
+            },
+        },
+    }
+    assert got == want
+
+
+def test_fatal_whole_response() -> None:
+    """Two CNIs: one FATAL result naming the field; desired state passed through untouched."""
+    xr = {
+        "apiVersion": "clusterplugin.dev/v1alpha1",
+        "kind": "ClusterPlugin",
+        "metadata": {"name": "bad", "namespace": "team-b"},
+        "spec": {"clusterName": "bad", "networking": {"amazonVPC": {}, "calico": {}}},
+    }
+    req = request(xr)
+    req.desired.resources["from-an-earlier-step"].resource.update(
+        {"apiVersion": "v1", "kind": "ConfigMap"}
+    )
+    got = run(req)
+    assert got == {
+        "meta": {"ttl": "60s"},
+        "context": {},
+        "desired": {
+            "resources": {
+                "from-an-earlier-step": {"resource": {"apiVersion": "v1", "kind": "ConfigMap"}}
+            }
+        },
+        "results": [
+            {
+                "severity": "SEVERITY_FATAL",
+                "message": "spec.networking: set at most one of amazonVPC and calico: a cluster runs one CNI",
+                "reason": "InvalidInput",
+                "target": "TARGET_COMPOSITE",
+            }
+        ],
+    }
+
+
+BAD_SPECS = [
+    ({}, "spec.clusterName: is required"),
+    ({"clusterName": "demo", "netkworking": {}}, "spec.netkworking: unknown field"),
+    ({"clusterName": "demo", "irsa": {"mode": "Sometimes"}}, "spec.irsa.mode: must be one of"),
+    ({"clusterName": "demo", "irsa": {"bucketName": "my.bucket"}}, "spec.irsa.bucketName:"),
+    (
+        {"clusterName": "demo", "storage": {"ebs": {"values": ["a"]}}},
+        "spec.storage.ebs.values: must be an object",
+    ),
+    (
+        {
+            "clusterName": "demo",
+            "storage": {"ebs": {"values": {"controller": {"serviceAccount": {"name": "x"}}}}},
+        },
+        "spec.storage.ebs.values.controller.serviceAccount.name: is set by the function",
+    ),
+    (
+        {
+            "clusterName": "demo",
+            "ingress": {"awsLoadBalancerController": {"values": {"clusterName": "other"}}},
+        },
+        "spec.ingress.awsLoadBalancerController.values.clusterName: is set by the function",
+    ),
+    (
+        {
+            "clusterName": "demo",
+            "networking": {
+                "amazonVPC": {
+                    "values": {
+                        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "x"}}
+                    }
+                }
+            },
+        },
+        "spec.networking.amazonVPC.values.serviceAccount.annotations.eks.amazonaws.com/role-arn: is set by the function",
+    ),
+    ({"clusterName": "demo", "irsa": {"mode": "External"}}, "spec.irsa: issuerURL is required"),
+    (
+        {
+            "clusterName": "demo",
+            "irsa": {
+                "mode": "External",
+                "issuerURL": "https://oidc.eks.us-west-2.amazonaws.com/id/AAA",
+                "oidcProviderARN": "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/BBB",
+            },
+        },
+        "spec.irsa.oidcProviderARN: names provider",
+    ),
+    ({"clusterName": "demo", "region": "mars-1"}, "spec.region:"),
+    ({"clusterName": "Demo_1"}, "spec.clusterName:"),
+    (
+        {"clusterName": "demo", "clusterNamespace": "elsewhere"},
+        "spec.clusterNamespace: a namespaced ClusterPlugin",
+    ),
+    (
+        {"clusterName": "demo", "storage": {"efs": {"fileSystemId": "vol-1"}}},
+        "spec.storage.efs.fileSystemId:",
+    ),
+    (
+        {"clusterName": "demo", "networking": {"calico": {"encapsulation": "GRE"}}},
+        "spec.networking.calico.encapsulation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD_SPECS, ids=[b[1].split(":")[0] for b in BAD_SPECS])
+def test_bad_spec_gives_one_fatal_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    xr = {
+        "apiVersion": "clusterplugin.dev/v1alpha1",
+        "kind": "ClusterPlugin",
+        "metadata": {"name": "x", "namespace": "team-a"},
+        "spec": spec,
+    }
+    got = run(request(xr))
+    results = got.get("results", [])
+    assert len(results) == 1
+    assert results[0]["severity"] == "SEVERITY_FATAL"
+    assert results[0]["message"].startswith(field), results[0]["message"]
+    assert "resources" not in got.get("desired", {})
+    assert "requirements" not in got
+
+
+BAD_INPUTS = [
+    ({"ttl": {"waiting": "soon"}}, "input.ttl.waiting:"),
+    ({"ttl": {"waiting": "20m", "ready": "10m"}}, "input: ttl.waiting must not be longer"),
+    (
+        {"charts": {"ebs": {"repository": "ftp://x", "name": "a", "version": "1.0.0"}}},
+        "input.charts.ebs.repository:",
+    ),
+    ({"namePrefix": "Acme_"}, "input.namePrefix:"),
+    ({"awsProviderConfig": {"kind": "Other"}}, "input.awsProviderConfig.kind:"),
+]
+
+
+@pytest.mark.parametrize(("step_input", "field"), BAD_INPUTS, ids=[b[1] for b in BAD_INPUTS])
+def test_bad_input_gives_one_fatal_naming_the_field(step_input: dict[str, Any], field: str) -> None:
+    xr, _ = example("selfhosted-full")
+    got = run(request(xr, step_input=step_input))
+    assert [r["severity"] for r in got["results"]] == ["SEVERITY_FATAL"]
+    assert got["results"][0]["message"].startswith(field), got["results"][0]["message"]
+
+
+def test_legacy_xr_without_claim_needs_cluster_namespace() -> None:
+    xr, _ = example("selfhosted-full")
+    xr = copy.deepcopy(xr)
+    xr["kind"] = "XClusterPlugin"
+    del xr["metadata"]["namespace"]
+    got = run(request(xr))
+    assert got["results"][0]["message"].startswith("spec.clusterNamespace: is required")
+
+
+def test_claim_cannot_reach_another_namespace() -> None:
+    xr, _ = example("calico-legacy-claim")
+    xr = copy.deepcopy(xr)
+    xr["spec"]["clusterNamespace"] = "kube-system"
+    got = run(request(xr))
+    assert got["results"][0]["message"].startswith("spec.clusterNamespace: a claim can only use")
+    assert got["results"][0]["target"] == "TARGET_COMPOSITE_AND_CLAIM"
+
+
+def _stage_request(
+    observed_ready: list[str], *, initialized: bool, available: bool
+) -> dict[str, Any]:
+    """The selfhosted example with the given nodes observed Ready."""
+    from function.world import World, set_control_plane
+
+    xr, required = example("selfhosted-full")
+    required = copy.deepcopy(required)
+    set_control_plane(
+        find(required, "KubeadmControlPlane"), initialized=initialized, available=available
+    )
+    world = World(xr, required)
+    world.run(12)  # a finished world to borrow observed objects from
+    req = request(
+        xr,
+        required={
+            "cluster": [find(required, "Cluster")],
+            "control-plane": [find(required, "KubeadmControlPlane")],
+            "infrastructure": [find(required, "AWSCluster")],
+            "sa-secret": [find(required, "Secret")],
+        },
+    )
+    for name in observed_ready:
+        req.observed.resources[name].resource.update(world._observed_object(world.composed[name]))
+    return run(req)
+
+
+def _desired(got: dict[str, Any]) -> dict[str, str]:
+    return {n: r.get("ready", "READY_UNSPECIFIED") for n, r in got["desired"]["resources"].items()}
+
+
+IRSA_BASE = [
+    "helm-provider-config",
+    "irsa-bucket",
+    "irsa-bucket-ownership",
+    "irsa-bucket-public-access",
+]
+IRSA_DOCS = ["irsa-bucket-policy", "irsa-discovery", "irsa-jwks"]
+ROLES = ["vpc-cni-role", "ebs-role", "efs-role", "lbc-role", "lbc-policy"]
+ATTACHMENTS = [
+    "vpc-cni-role-attachment",
+    "ebs-role-attachment",
+    "efs-role-attachment",
+    "lbc-role-attachment",
+]
+
+
+def test_stage_one_bucket_only() -> None:
+    got = _stage_request([], initialized=False, available=False)
+    assert _desired(got) == dict.fromkeys(IRSA_BASE, "READY_FALSE")
+    assert got["desired"]["composite"]["ready"] == "READY_FALSE"
+    assert got["meta"]["ttl"] == "30s"
+
+
+def test_stage_two_documents_after_bucket() -> None:
+    got = _stage_request(IRSA_BASE, initialized=False, available=False)
+    assert set(_desired(got)) == {*IRSA_BASE, *IRSA_DOCS}
+    assert _desired(got)["irsa-bucket"] == "READY_TRUE"
+
+
+def test_stage_roles_after_oidc_provider_but_no_release_before_initialized() -> None:
+    got = _stage_request(
+        [*IRSA_BASE, *IRSA_DOCS, "irsa-oidc-provider"], initialized=False, available=False
+    )
+    names = set(_desired(got))
+    assert set(ROLES) <= names
+    assert not any(n.endswith("-release") for n in names)
+    plugins = {p["name"]: p for p in got["desired"]["composite"]["resource"]["status"]["plugins"]}
+    # The issuer is done; the plugin still owns cert-manager and the webhook, which wait for the CNI.
+    assert plugins["irsa"]["phase"] == "Installing"
+    assert plugins["irsa"]["waitingFor"] == "cni-release Ready"
+    assert plugins["vpc-cni"]["phase"] == "Installing"
+
+
+def test_stage_cni_once_initialized_and_role_ready() -> None:
+    got = _stage_request(
+        [*IRSA_BASE, *IRSA_DOCS, "irsa-oidc-provider", *ROLES, *ATTACHMENTS],
+        initialized=True,
+        available=False,
+    )
+    names = set(_desired(got))
+    assert "cni-release" in names
+    assert not {"ebs-release", "efs-release", "lbc-release", "cert-manager-release"} & names
+    plugins = {p["name"]: p for p in got["desired"]["composite"]["resource"]["status"]["plugins"]}
+    assert plugins["ebs-csi"]["waitingFor"] == "control plane available"
+
+
+def test_stage_addons_wait_for_the_webhook() -> None:
+    ready = [*IRSA_BASE, *IRSA_DOCS, "irsa-oidc-provider", *ROLES, *ATTACHMENTS, "cni-release"]
+    got = _stage_request(ready, initialized=True, available=True)
+    names = set(_desired(got))
+    assert "cert-manager-release" in names
+    assert not {"ebs-release", "pod-identity-webhook-release"} & names
+    got = _stage_request(
+        [*ready, "cert-manager-release", "pod-identity-webhook-release"],
+        initialized=True,
+        available=True,
+    )
+    assert {"ebs-release", "efs-release", "lbc-release"} <= set(_desired(got))
+
+
+def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> None:
+    """The control plane and the AWSCluster vanish: nothing observed may drop out of desired."""
+    xr, required = example("selfhosted-full")
+    from function.world import World
+
+    world = World(xr, required)
+    world.run(12)
+    assert world.xr_ready
+    req = request(xr, observed={n: world._observed_object(c) for n, c in world.composed.items()})
+    got = run(req)
+    assert set(got["desired"]["resources"]) == set(world.composed)
+    # Carried over as observed: the spec is the one that was applied.
+    release = got["desired"]["resources"]["ebs-release"]["resource"]
+    assert release["spec"] == world.composed["ebs-release"].obj["spec"]
+    # Every node exists, so nothing is held back: readiness is Crossplane's to derive.
+    assert "ready" not in got["desired"]["composite"]
+
+
+def test_results_only_on_transitions() -> None:
+    from function.world import World
+
+    xr, required = example("selfhosted-full")
+    world = World(xr, required)
+    counts = []
+    for rec in world.run(14):
+        assert rec.response is not None
+        counts.append(len([r for r in rec.response.results if r.severity == fnv1.SEVERITY_NORMAL]))
+    assert counts[0] > 0
+    assert counts[-3:] == [0, 0, 0], counts
+
+
+def test_ttl_comes_from_the_input() -> None:
+    xr, _ = example("selfhosted-full")
+    got = run(request(xr, step_input={"ttl": {"waiting": "15s", "ready": "1h"}}))
+    assert got["meta"]["ttl"] == "15s"
+    assert duration_pb2.Duration(seconds=15).ToJsonString() == "15s"

@@ -1,0 +1,245 @@
+"""Play Crossplane over many reconciles: order of DESIGN section 4, no surprise deletions."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from function.world import World
+from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, by_name, staged_control_plane
+
+
+def appearances(world: World, steps: int, before=None) -> dict[str, int]:
+    first: dict[str, int] = {}
+    for rec in world.run(steps, before=before):
+        assert rec.fatal is None, rec.fatal
+        for name in rec.created:
+            first.setdefault(name, rec.step)
+    return first
+
+
+def ready_at(world: World, steps: int, before=None) -> tuple[dict[str, int], dict[str, int]]:
+    """(first step each node was desired, first step each node was observed ready)."""
+    first: dict[str, int] = {}
+    ready: dict[str, int] = {}
+    for rec in world.run(steps, before=before):
+        assert rec.fatal is None, rec.fatal
+        for name in rec.created:
+            first.setdefault(name, rec.step)
+        for name, c in world.composed.items():
+            if c.ready:
+                ready.setdefault(name, rec.step + 1)  # observed ready from the next reconcile
+    return first, ready
+
+
+def test_selfhosted_order_follows_the_design() -> None:
+    world = by_name("selfhosted-full").world()
+    cp_events: dict[str, int] = {}
+
+    def before(w: World) -> None:
+        staged_control_plane(initialized_at=4, available_at=12)(w)
+        if w.step + 1 == 4:
+            cp_events["initialized"] = 4
+        if w.step + 1 == 12:
+            cp_events["available"] = 12
+
+    first, ready = ready_at(world, 30, before)
+    assert world.xr_ready
+    assert not world.deletions
+
+    def after(node: str, *deps: str) -> None:
+        for dep in deps:
+            assert first[node] >= ready[dep], (
+                f"{node} appeared at {first[node]} before {dep} was ready ({ready[dep]})"
+            )
+
+    assert first["helm-provider-config"] == 1
+    assert (
+        first["irsa-bucket"]
+        == first["irsa-bucket-ownership"]
+        == first["irsa-bucket-public-access"]
+        == 1
+    )
+    after("irsa-bucket-policy", "irsa-bucket-public-access")
+    after("irsa-discovery", "irsa-bucket")
+    after("irsa-jwks", "irsa-bucket")
+    after("irsa-oidc-provider", "irsa-discovery", "irsa-jwks", "irsa-bucket-policy")
+    for role in ("vpc-cni-role", "ebs-role", "efs-role", "lbc-role", "lbc-policy"):
+        after(role, "irsa-oidc-provider")
+    after("lbc-role-attachment", "lbc-role", "lbc-policy")
+    # CNI: once the control plane is initialized and its role is ready.
+    assert first["cni-release"] >= cp_events["initialized"]
+    after("cni-release", "vpc-cni-role", "vpc-cni-role-attachment")
+    after("cert-manager-release", "cni-release")
+    after("pod-identity-webhook-release", "cert-manager-release", "cni-release")
+    # The rest: control plane available, CNI ready, own role ready, webhook ready.
+    for release, role in (
+        ("ebs-release", "ebs-role"),
+        ("efs-release", "efs-role"),
+        ("lbc-release", "lbc-role"),
+    ):
+        assert first[release] >= cp_events["available"]
+        after(release, "cni-release", role, f"{role}-attachment", "pod-identity-webhook-release")
+    # Usages only once both ends exist.
+    after("usage-ebs-release-ebs-role", "ebs-release", "ebs-role")
+
+
+def test_xr_is_held_not_ready_until_everything_is_ready() -> None:
+    world = by_name("selfhosted-full").world()
+    saw_held = False
+    for rec in world.run(30, before=staged_control_plane(3, 8)):
+        rsp = rec.response
+        assert rsp is not None
+        held = rsp.desired.composite.ready == 2  # READY_FALSE
+        saw_held = saw_held or held
+        plugins = {p["name"]: p["phase"] for p in world.xr["status"]["plugins"]}
+        if rec.xr_ready:
+            assert set(plugins.values()) == {"Ready"}, plugins
+            assert rec.ttl == 600
+        else:
+            assert rec.ttl == 30
+    assert saw_held and world.xr_ready
+
+
+def test_aws_node_restarts_once_the_webhook_is_ready() -> None:
+    world = by_name("selfhosted-full").world()
+    first, ready = ready_at(world, 30, staged_control_plane(3, 8))
+    annotation_at = None
+    for rec in world.history:
+        assert rec.response is not None
+        cni = rec.response.desired.resources.get("cni-release")
+        if cni is None:
+            continue
+        pods = (
+            cni.resource.fields["spec"]
+            .struct_value.fields["forProvider"]
+            .struct_value.fields["values"]
+        )
+        if "podAnnotations" in pods.struct_value.fields:
+            annotation_at = annotation_at or rec.step
+        elif annotation_at is not None:
+            pytest.fail("the restart annotation was removed again")
+    assert annotation_at is not None
+    assert annotation_at >= ready["pod-identity-webhook-release"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
+def test_every_scenario_converges_without_deletions(scenario: Scenario) -> None:
+    world = scenario.world()
+    world.run(30, before=staged_control_plane(3, 8))
+    assert world.xr_ready, world.xr["status"]
+    assert world.deletions == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_flaps_and_outages_never_delete(seed: int) -> None:
+    """Random readiness flaps, a control plane that goes away, CAPI objects briefly unreadable."""
+    rng = random.Random(seed)
+    scenario = rng.choice(SCENARIOS)
+    world = scenario.world()
+    schedule: dict[int, list[str]] = {}
+    for _ in range(8):
+        schedule.setdefault(rng.randrange(2, 30), []).append("flap")
+    outage = rng.randrange(10, 25)
+    hidden_at = rng.randrange(5, 28)
+
+    def before(w: World) -> None:
+        staged_control_plane(3, 8)(w)
+        step = w.step + 1
+        w.held_down.clear()
+        for _ in schedule.get(step, []):
+            if w.composed:
+                w.held_down.add(rng.choice(sorted(w.composed)))
+        if step == outage:
+            w.set_control_plane(initialized=True, available=False)
+        if step == outage + 3:
+            w.set_control_plane(initialized=True, available=True)
+        w.hidden = (
+            {f"{o['kind']}/{o['metadata']['name']}" for o in w.required}
+            if step == hidden_at
+            else set()
+        )
+
+    world.run(40, before=before)
+    world.held_down.clear()
+    world.hidden.clear()
+    world.run(8)
+    assert world.deletions == [], f"{scenario.name}: {world.deletions}"
+    assert world.xr_ready, f"{scenario.name} did not converge"
+
+
+def test_removing_a_plugin_deletes_exactly_its_nodes() -> None:
+    world = by_name("selfhosted-full").world(staged=False)
+    world.run(15)
+    assert world.xr_ready
+    before_names = set(world.composed)
+    del world.xr["spec"]["storage"]["efs"]
+    rec = world.reconcile()
+    removed = set(rec.deleted)
+    efs_nodes = {"efs-role", "efs-role-attachment", "efs-release"}
+    efs_usages = {n for n in before_names if n.startswith("usage-") and "efs" in n}
+    assert removed == efs_nodes | efs_usages
+    assert "efs" not in world.xr["status"]["roleARNs"]
+    assert "efs-csi" not in {p["name"] for p in world.xr["status"]["plugins"]}
+    world.run(5)
+    assert world.deletions == [(rec.step, n) for n in sorted(removed)]
+    assert world.xr_ready
+
+
+def test_adding_a_plugin_mid_way() -> None:
+    world = by_name("external-eks").world(staged=False)
+    world.run(10)
+    assert world.xr_ready
+    world.xr["spec"]["storage"] = {"ebs": {}}
+    world.run(10)
+    assert world.deletions == []
+    assert {"ebs-role", "ebs-role-attachment", "ebs-release"} <= set(world.composed)
+    assert world.xr_ready
+
+
+def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
+    world = by_name("selfhosted-full").world(staged=False)
+    world.run(15)
+    del world.xr["spec"]["networking"]
+    rec = world.reconcile()
+    assert "cni-release" in rec.deleted
+    assert not any(
+        n in rec.deleted for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
+    )
+    # The usages that pointed at the CNI go with it, so its deletion is not blocked forever.
+    assert all("cni-release" not in n for n in world.composed)
+
+
+def test_crossplane_v1_reads_only_extra_resources() -> None:
+    world = by_name("selfhosted-legacy-xr-v1").world(staged=False)
+    rec = world.reconcile()
+    rsp = rec.response
+    assert rsp is not None
+    assert set(rsp.requirements.extra_resources) == {"control-plane", "infrastructure", "sa-secret"}
+    for sel in rsp.requirements.extra_resources.values():
+        assert sel.match_labels.labels["cluster.x-k8s.io/cluster-name"] == "demo"
+        assert not sel.HasField("namespace")
+    world.run(15)
+    assert world.xr_ready
+
+
+def test_label_selected_objects_of_other_namespaces_are_ignored() -> None:
+    """Crossplane 1.x lists by label across namespaces: a same-named cluster elsewhere must not leak in."""
+    scenario = by_name("selfhosted-legacy-xr-v1")
+    world = scenario.world(staged=False)
+    for obj in list(world.required):
+        if obj["kind"] == "Secret":
+            other = {**obj, "metadata": {**obj["metadata"], "namespace": "intruder"}}
+            other["data"] = {"tls.crt": "bm90IGEga2V5"}  # "not a key"
+            world.required.insert(0, other)
+    world.run(15)
+    assert world.xr_ready
+    assert "intruder" not in str(world.xr["status"])
+
+
+def test_required_resources_settle_within_crossplanes_cap() -> None:
+    for scenario in SCENARIOS:
+        world = scenario.world(staged=False)
+        for rec in world.run(3):
+            assert rec.iterations <= 3, (scenario.name, rec.iterations)
