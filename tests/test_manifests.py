@@ -427,7 +427,7 @@ def test_sa_secret_is_a_capi_service_account_key_pair(path: Path) -> None:
     der = base64.b64decode("".join(crt.strip().splitlines()[1:-1]))
     assert len(der) == 294
     try:
-        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+        from cryptography.hazmat.primitives import serialization
     except ImportError:  # pragma: no cover - cryptography is a runtime dependency
         return
     public = serialization.load_pem_public_key(crt.encode())

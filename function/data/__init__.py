@@ -1,0 +1,1 @@
+"""Static data shipped with the function (see PROVENANCE.md)."""
