@@ -1,1 +1,1 @@
-"""function-cluster-plugin: staged add-ons for Cluster API clusters on AWS, as a Crossplane function."""
+"""function-cluster-plugin: staged Cluster API add-ons on AWS, as a Crossplane function."""
