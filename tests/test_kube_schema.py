@@ -6,7 +6,6 @@ import copy
 import hashlib
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -657,13 +656,3 @@ def test_vendored_chart_files_match_provenance_blob_ids():
         data = (ks.CHART_DIR / rel).read_bytes()
         blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git blob id
         assert blob == recorded[rel], f"{rel} was modified"
-
-
-def test_vendored_fixtures_identical_to_shared_tree_when_present():
-    shared = Path(__file__).resolve().parents[2] / "shared"
-    if not shared.is_dir():
-        pytest.skip("../shared not present (normal for a fresh clone)")
-    for path in sorted(ks.CRD_DIR.rglob("*")) + sorted(ks.CHART_DIR.rglob("*")):
-        if path.is_file():
-            rel = path.relative_to(ks.FIXTURES)
-            assert path.read_bytes() == (shared / rel).read_bytes(), rel
