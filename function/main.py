@@ -2,10 +2,21 @@
 
 Subcommands other than ``serve`` import their modules lazily, so the server's
 cold start pays only for what serving needs.
+
+    function-cluster-plugin serve [SDK options]
+    function-cluster-plugin render XR.yaml [--observed PATH]... [--required PATH]...
+        [--input FILE] [--composition FILE] [-o yaml|json] [--crossplane-v1]
+    function-cluster-plugin simulate XR.yaml [--required PATH]... [--input FILE]
+        [--composition FILE] [--steps N] [--initialized-at N] [--available-at N]
+        [--ready-delay N] [--fail NODE@STEP[+DURATION]]... [--all-steps] [--delay S]
+        [--crossplane-v1] [-o text|json]
+    function-cluster-plugin issuer XR.yaml [--input FILE] [--composition FILE]
+        [--required PATH]... [--region R] [-o text|yaml|json]
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -27,6 +38,309 @@ def serve(**kwargs: Any) -> None:
     from function import fn  # noqa: PLC0415  # keep `--help` and other commands light
 
     sdkcli.run(fn.FunctionRunner(), **kwargs)
+
+
+# --- local tools: render, simulate, issuer ------------------------------------
+
+_PATH = click.Path(exists=True, dir_okay=True, path_type=str)
+_FILE = click.Path(exists=True, dir_okay=False, path_type=str)
+
+_xr_argument = click.argument("xr_file", metavar="XR.yaml", type=_FILE)
+_required_option = click.option(
+    "--required",
+    "-e",
+    "required",
+    multiple=True,
+    type=_PATH,
+    help="Required resources (the Cluster API objects): a YAML file or a directory of them. "
+    "Repeatable.",
+)
+_input_option = click.option(
+    "--input",
+    "input_file",
+    type=_FILE,
+    help="The step input (fn.clusterplugin.dev/v1alpha1 Input). Default: all defaults.",
+)
+_composition_option = click.option(
+    "--composition",
+    type=_FILE,
+    help="Take the step input (and step name) from the pipeline step of this Composition whose "
+    "functionRef.name is function-cluster-plugin. --input wins over it.",
+)
+_v1_option = click.option(
+    "--crossplane-v1",
+    is_flag=True,
+    help="Behave like Crossplane 1.x: the Cluster API objects arrive only as label-selected "
+    "extra resources.",
+)
+
+
+def _step_input(input_file: str | None, composition: str | None) -> tuple[str, dict[str, Any]]:
+    """(step name, step input) from --input, else from --composition, else defaults."""
+    from function import render  # noqa: PLC0415
+
+    step: str = render.DEFAULT_STEP
+    step_input: dict[str, Any] = {}
+    if composition:
+        docs = render.load_documents([composition])
+        step, step_input = render.step_from_composition(docs, composition)
+    if input_file:
+        step_input = render.load_one(input_file, "step input")
+    return step, step_input
+
+
+@cli.command("render")
+@_xr_argument
+@click.option(
+    "--observed",
+    "observed",
+    multiple=True,
+    type=_PATH,
+    help="Observed composed resources, each with the crossplane.io/composition-resource-name "
+    "annotation: a YAML file or a directory of them. Repeatable.",
+)
+@_required_option
+@_input_option
+@_composition_option
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="A YAML stream like crossplane render prints, or a JSON array of the same documents.",
+)
+@_v1_option
+def render_cmd(
+    *,
+    xr_file: str,
+    observed: tuple[str, ...],
+    required: tuple[str, ...],
+    input_file: str | None,
+    composition: str | None,
+    output: str,
+    crossplane_v1: bool,
+) -> None:
+    """Print what Crossplane would apply for one reconcile of XR.yaml, like `crossplane render`.
+
+    The stream holds the XR (name and new status, Ready condition included), every
+    desired composed resource sorted by composition-resource-name, and the function's
+    results as render.crossplane.io/v1beta1 Result objects. No Docker, no cluster.
+    Exits 1 with the message on stderr when the function returns a FATAL result.
+    """
+    from function import render  # noqa: PLC0415
+
+    try:
+        xr = render.load_one(xr_file, "composite resource")
+        step, step_input = _step_input(input_file, composition)
+        out = render.render(
+            xr,
+            required=render.load_documents(required),
+            observed=render.load_documents(observed),
+            step_input=step_input,
+            step=step,
+            crossplane_v1=crossplane_v1,
+        )
+    except render.RenderError as err:
+        raise click.UsageError(str(err)) from None
+    if out.fatal is not None:
+        click.echo(f"pipeline step {step!r} returned a fatal result: {out.fatal}", err=True)
+        sys.exit(1)
+    for name in out.deleted:
+        click.echo(
+            f"warning: observed {name} is not desired any more: Crossplane would delete it",
+            err=True,
+        )
+    text = render.to_json(out.documents) if output == "json" else render.to_yaml(out.documents)
+    click.echo(text, nl=False)
+
+
+@cli.command("simulate")
+@_xr_argument
+@_required_option
+@_input_option
+@_composition_option
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Reconciles to play at most.",
+)
+@click.option(
+    "--initialized-at",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Reconcile at which the workload control plane becomes initialized.",
+)
+@click.option(
+    "--available-at",
+    type=click.IntRange(min=0),
+    default=8,
+    show_default=True,
+    help="Reconcile at which the workload control plane becomes available.",
+)
+@click.option(
+    "--ready-delay",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Reconciles after its creation at which a composed resource is observed Ready.",
+)
+@click.option(
+    "--fail",
+    "faults",
+    multiple=True,
+    metavar="NODE@STEP[+DURATION]",
+    help="Hold composed resource NODE not Ready during reconciles STEP..STEP+DURATION-1 "
+    "(DURATION defaults to 1); NODE control-plane makes the control plane unavailable "
+    "instead. Repeatable.",
+)
+@click.option(
+    "--all-steps",
+    is_flag=True,
+    help="Play every reconcile. By default the run stops after 3 quiet reconciles with the XR "
+    "Ready, once every scheduled event is over.",
+)
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to pause between reconciles in the live view (default 0.05 on a terminal).",
+)
+@_v1_option
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="A live view and timeline table, or one JSON document.",
+)
+def simulate_cmd(
+    *,
+    xr_file: str,
+    required: tuple[str, ...],
+    input_file: str | None,
+    composition: str | None,
+    steps: int,
+    initialized_at: int,
+    available_at: int,
+    ready_delay: int,
+    faults: tuple[str, ...],
+    all_steps: bool,
+    delay: float | None,
+    crossplane_v1: bool,
+    output: str,
+) -> None:
+    """Play XR.yaml's whole lifecycle against an in-memory Crossplane: what appears when.
+
+    The control plane starts not initialized; composed resources turn Ready
+    --ready-delay reconciles after creation. At the end a timeline shows, for every
+    composed resource, the reconcile it appeared at, what it waited for before, and
+    when it became Ready; then when the XR became Ready and every deletion. Exits 1
+    if the XR is not Ready at the end (or never was), anything was deleted, or the
+    function returned FATAL.
+    """
+    from function import render, simulate  # noqa: PLC0415
+
+    try:
+        xr = render.load_one(xr_file, "composite resource")
+        _, step_input = _step_input(input_file, composition)
+        objs = render.load_documents(required)
+        settings = simulate.Settings(
+            steps=steps,
+            initialized_at=initialized_at,
+            available_at=available_at,
+            ready_delay=ready_delay,
+            faults=tuple(simulate.parse_fault(f) for f in faults),
+            crossplane_v1=crossplane_v1,
+            all_steps=all_steps,
+        )
+    except (render.RenderError, simulate.SimulateError) as err:
+        raise click.UsageError(str(err)) from None
+    sim = simulate.Simulator(xr, objs, step_input=step_input, settings=settings)
+    if output == "json":
+        import json  # noqa: PLC0415
+
+        result = sim.run()
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    elif sys.stdout.isatty() and _has_rich():
+        result = simulate.run_live(sim, delay=0.05 if delay is None else delay)
+    else:
+        result = simulate.run_plain(sim, click.echo)
+    sys.exit(0 if result.ok else 1)
+
+
+def _has_rich() -> bool:
+    """Whether the optional live view can be shown (rich is a CLI extra, not a runtime need)."""
+    try:
+        import rich  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+@cli.command("issuer")
+@_xr_argument
+@_input_option
+@_composition_option
+@_required_option
+@click.option(
+    "--region",
+    help="The AWS region, when neither spec.region nor an AWSCluster (--required) says it.",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    type=click.Choice(["text", "yaml", "json"]),
+    default="text",
+    show_default=True,
+)
+def issuer_cmd(
+    *,
+    xr_file: str,
+    input_file: str | None,
+    composition: str | None,
+    required: tuple[str, ...],
+    region: str | None,
+    output: str,
+) -> None:
+    """Print the SelfHosted IRSA issuer URL of XR.yaml and the KubeadmControlPlane change it needs.
+
+    The URL must be the API server's --service-account-issuer from the cluster's
+    first boot, so this runs before the cluster exists. For irsa.mode External it
+    prints the given issuer; for Disabled it exits 2.
+    """
+    from function import issuer, render  # noqa: PLC0415
+
+    try:
+        xr = render.load_one(xr_file, "composite resource")
+        _, step_input = _step_input(input_file, composition)
+        objs = render.load_documents(required)
+    except render.RenderError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        result = issuer.compute(xr, step_input=step_input, required=objs, region=region)
+    except issuer.IssuerError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(2)
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if output == "json":
+        import json  # noqa: PLC0415
+
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    elif output == "yaml":
+        import yaml  # noqa: PLC0415
+
+        click.echo(yaml.safe_dump(result.as_dict(), sort_keys=False, width=1 << 30), nl=False)
+    else:
+        click.echo(issuer.text(result), nl=False)
 
 
 if __name__ == "__main__":

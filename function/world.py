@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,7 +90,11 @@ def _arn(obj: dict[str, Any]) -> str | None:
         else "aws"
     )
     if kind == "Role":
-        return f"arn:{part}:iam::{ACCOUNT}:role{fp.get('path', '/')}{ext}"
+        # A role lives in the account of the OIDC provider it trusts (External IRSA
+        # names another account than the simulated one).
+        trusted = re.search(r"arn:[\w-]+:iam::(\d{12}):oidc-provider/", fp.get("assumeRolePolicy", ""))
+        account = trusted.group(1) if trusted else ACCOUNT
+        return f"arn:{part}:iam::{account}:role{fp.get('path', '/')}{ext}"
     if kind == "Policy":
         return f"arn:{part}:iam::{ACCOUNT}:policy{fp.get('path', '/')}{ext}"
     if kind == "OpenIDConnectProvider":

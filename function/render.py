@@ -1,0 +1,371 @@
+"""``render``: what Crossplane would apply for one reconcile of an XR, as `crossplane render` shows.
+
+In process, without Docker or the crossplane CLI: the XR, its observed composed
+resources and the required (Cluster API) objects go into a :class:`World`, whose
+``call()`` runs the function through Crossplane's required-resources loop. The
+answer is printed in the shape ``crossplane render`` prints
+(``cmd/crank/render/render.go``):
+
+1. the XR: apiVersion, kind, metadata.name (and namespace) and the desired
+   status, with the ``Ready`` condition Crossplane derives from composed
+   readiness and the function's own conditions;
+2. every desired composed resource, sorted by composition-resource-name, with
+   the metadata Crossplane adds (composition-resource-name annotation,
+   ``crossplane.io/composite`` label, claim labels, controller reference, and
+   ``generateName: <xr>-`` or the observed name);
+3. the function's results as ``render.crossplane.io/v1beta1`` ``Result`` objects.
+
+Keys are sorted at every level, as Go's JSON encoder sorts them in
+``crossplane render``'s output. Timestamps are the fixed time
+``crossplane render`` uses, so the output is deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.world import COMPOSITION_RESOURCE_NAME, Composed, World
+
+FUNCTION_NAME = "function-cluster-plugin"
+DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
+RESULT_API_VERSION = "render.crossplane.io/v1beta1"
+# crossplane render's conditionTime(): a fixed time, so output does not churn.
+CONDITION_TIME = "2024-01-01T00:00:00Z"
+COMPOSITE_LABEL = "crossplane.io/composite"
+CLAIM_NAME_LABEL = "crossplane.io/claim-name"
+CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
+# Conditions Crossplane owns; a function cannot set them (xpv1.IsSystemConditionType).
+SYSTEM_CONDITIONS = frozenset({"Ready", "Synced", "Healthy"})
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+FIRST_N = 3  # crossplane-runtime resource.DefaultFirstN
+
+_STATUS = {
+    fnv1.STATUS_CONDITION_TRUE: "True",
+    fnv1.STATUS_CONDITION_FALSE: "False",
+}
+
+
+class RenderError(Exception):
+    """Bad command-line input: a file that cannot be read or does not fit."""
+
+
+# --- loading -------------------------------------------------------------------
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in YAML_SUFFIXES)
+    if path.is_file():
+        return [path]
+    msg = f"{path}: no such file or directory"
+    raise RenderError(msg)
+
+
+def load_documents(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Every object in the YAML streams at ``paths`` (files, or directories of *.yaml/*.yml/*.json).
+
+    Empty documents are skipped and ``kind: List`` objects are expanded, so
+    ``kubectl get -o yaml`` output can be used as is.
+    """
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        for f in _files(Path(p)):
+            try:
+                docs = list(yaml.safe_load_all(f.read_text()))
+            except yaml.YAMLError as err:
+                msg = f"{f}: not valid YAML: {err}"
+                raise RenderError(msg) from None
+            for doc in docs:
+                if doc is None:
+                    continue
+                if not isinstance(doc, dict):
+                    msg = (
+                        f"{f}: every document must be a Kubernetes object, got {type(doc).__name__}"
+                    )
+                    raise RenderError(msg)
+                if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+                    out.extend(i for i in doc["items"] if isinstance(i, dict))
+                else:
+                    out.append(doc)
+    return out
+
+
+def load_one(path: str | Path, what: str) -> dict[str, Any]:
+    """The single object in ``path``."""
+    docs = load_documents([path])
+    if len(docs) != 1:
+        msg = f"{path}: expected exactly one {what}, found {len(docs)} objects"
+        raise RenderError(msg)
+    return docs[0]
+
+
+def step_from_composition(
+    docs: Sequence[dict[str, Any]], source: str = "the Composition"
+) -> tuple[str, dict[str, Any]]:
+    """(step name, input) of the first pipeline step that calls function-cluster-plugin."""
+    comps = [d for d in docs if d.get("kind") == "Composition"]
+    if not comps:
+        msg = f"{source}: no Composition found"
+        raise RenderError(msg)
+    for comp in comps:
+        for step in comp.get("spec", {}).get("pipeline", None) or []:
+            if (step.get("functionRef") or {}).get("name") == FUNCTION_NAME:
+                return str(step.get("step") or DEFAULT_STEP), dict(step.get("input") or {})
+    msg = f"{source}: no pipeline step has functionRef.name {FUNCTION_NAME}"
+    raise RenderError(msg)
+
+
+def condition_status(obj: dict[str, Any], typ: str) -> str | None:
+    """status.conditions[type=typ].status of a plain object."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == typ:
+            return str(c.get("status"))
+    return None
+
+
+def observed_composed(docs: Iterable[dict[str, Any]]) -> dict[str, Composed]:
+    """Observed composed resources by composition-resource-name, ready per their Ready condition."""
+    out: dict[str, Composed] = {}
+    for doc in docs:
+        name = ((doc.get("metadata") or {}).get("annotations") or {}).get(COMPOSITION_RESOURCE_NAME)
+        if not name:
+            ident = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+            msg = f"observed resource {ident} has no {COMPOSITION_RESOURCE_NAME} annotation"
+            raise RenderError(msg)
+        if name in out:
+            msg = f"two observed resources share {COMPOSITION_RESOURCE_NAME}: {name}"
+            raise RenderError(msg)
+        out[name] = Composed(
+            name, copy.deepcopy(doc), created_at=0, ready=condition_status(doc, "Ready") == "True"
+        )
+    return out
+
+
+# --- rendering -----------------------------------------------------------------
+
+
+class _ObservedWorld(World):
+    """A World whose observed composed resources are exactly what the files say.
+
+    World's own ``_observed_object`` rewrites conditions and ARNs as its fake
+    providers would; for ``render`` the user's observed state is the truth.
+    """
+
+    def _observed_object(self, c: Composed) -> dict[str, Any]:
+        return copy.deepcopy(c.obj)
+
+
+@dataclass
+class Rendered:
+    """One render: the output documents, or the FATAL message."""
+
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    fatal: str | None = None
+    response: fnv1.RunFunctionResponse | None = None
+    iterations: int = 0
+    # Observed composed resources missing from desired state: Crossplane would delete them.
+    deleted: list[str] = field(default_factory=list)
+
+
+def _first_n_and_some_more(names: list[str], n: int = FIRST_N) -> str:
+    names = sorted(names)
+    if len(names) > n:
+        return f"{', '.join(names[:n])}, and {len(names) - n} more"
+    if len(names) == n:
+        return f"{', '.join(names[: n - 1])}, and {names[n - 1]}"
+    return ", ".join(names)
+
+
+def _condition(typ: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    c = {"type": typ, "status": status, "reason": reason, "lastTransitionTime": CONDITION_TIME}
+    if message:
+        c["message"] = message
+    return c
+
+
+def ready_condition(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    """The XR's Ready condition as Crossplane derives it from the desired state."""
+    unready = [n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE]
+    ready = rsp.desired.composite.ready
+    if ready == fnv1.READY_FALSE:
+        return _condition("Ready", "False", "Creating")
+    if ready == fnv1.READY_UNSPECIFIED and unready:
+        return _condition(
+            "Ready", "False", "Creating", f"Unready resources: {_first_n_and_some_more(unready)}"
+        )
+    return _condition("Ready", "True", "Available")
+
+
+def _set_condition(conditions: list[dict[str, Any]], c: dict[str, Any]) -> None:
+    for i, old in enumerate(conditions):
+        if old.get("type") == c["type"]:
+            conditions[i] = c
+            return
+    conditions.append(c)
+
+
+def go_numbers(value: Any) -> Any:
+    """Whole floats as ints, as Go prints a protobuf Struct's float64s (3, not 3.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: go_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [go_numbers(v) for v in value]
+    return value
+
+
+def render_xr(xr: dict[str, Any], rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    """The XR as crossplane render prints it: identity plus desired status and conditions."""
+    out = go_numbers(resource.struct_to_dict(rsp.desired.composite.resource))
+    meta = xr.get("metadata") or {}
+    out["apiVersion"] = xr.get("apiVersion")
+    out["kind"] = xr.get("kind")
+    out["metadata"] = {"name": meta.get("name", "")}
+    if meta.get("namespace"):
+        out["metadata"]["namespace"] = meta["namespace"]
+    status = out.setdefault("status", {})
+    conditions: list[dict[str, Any]] = [ready_condition(rsp)]
+    for c in rsp.conditions:
+        if c.type in SYSTEM_CONDITIONS:
+            continue
+        _set_condition(
+            conditions, _condition(c.type, _STATUS.get(c.status, "Unknown"), c.reason, c.message)
+        )
+    status["conditions"] = conditions
+    return out
+
+
+def composed_metadata(
+    obj: dict[str, Any], xr: dict[str, Any], name: str, observed: dict[str, Any] | None
+) -> None:
+    """Add the metadata Crossplane sets on a composed resource (SetComposedResourceMetadata)."""
+    meta = obj.setdefault("metadata", {})
+    xr_meta = xr.get("metadata") or {}
+    xr_labels = xr_meta.get("labels") or {}
+    if observed is not None:
+        o_meta = observed.get("metadata") or {}
+        for key in ("namespace", "name", "generateName"):
+            if o_meta.get(key):
+                meta[key] = o_meta[key]
+            else:
+                meta.pop(key, None)
+    prefix = xr_labels.get(COMPOSITE_LABEL) or xr_meta.get("name", "")
+    if not meta.get("name") and not meta.get("generateName"):
+        meta["generateName"] = f"{prefix}-"
+    if xr_meta.get("namespace"):
+        meta["namespace"] = xr_meta["namespace"]
+    meta.setdefault("annotations", {})[COMPOSITION_RESOURCE_NAME] = name
+    labels = meta.setdefault("labels", {})
+    labels[COMPOSITE_LABEL] = prefix
+    claim_ref = (xr.get("spec") or {}).get("claimRef") or {}
+    if xr_labels.get(CLAIM_NAME_LABEL) and xr_labels.get(CLAIM_NAMESPACE_LABEL):
+        labels[CLAIM_NAMESPACE_LABEL] = xr_labels[CLAIM_NAMESPACE_LABEL]
+        labels[CLAIM_NAME_LABEL] = xr_labels[CLAIM_NAME_LABEL]
+    elif claim_ref:
+        labels[CLAIM_NAMESPACE_LABEL] = claim_ref.get("namespace", "")
+        labels[CLAIM_NAME_LABEL] = claim_ref.get("name", "")
+    ref = {
+        "apiVersion": xr.get("apiVersion"),
+        "kind": xr.get("kind"),
+        "name": xr_meta.get("name", ""),
+        "uid": xr_meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    refs = [
+        r
+        for r in meta.get("ownerReferences") or []
+        if r.get("uid") != ref["uid"] or r.get("name") != ref["name"]
+    ]
+    meta["ownerReferences"] = [*refs, ref]
+
+
+def result_documents(rsp: fnv1.RunFunctionResponse, step: str) -> list[dict[str, Any]]:
+    """The non-fatal results as crossplane render's Result objects."""
+    return [
+        {
+            "apiVersion": RESULT_API_VERSION,
+            "kind": "Result",
+            "step": step,
+            "severity": fnv1.Severity.Name(r.severity),
+            "message": r.message,
+        }
+        for r in rsp.results
+        if r.severity != fnv1.SEVERITY_FATAL
+    ]
+
+
+def render(
+    xr: dict[str, Any],
+    *,
+    required: Iterable[dict[str, Any]] = (),
+    observed: Iterable[dict[str, Any]] = (),
+    step_input: dict[str, Any] | None = None,
+    step: str = DEFAULT_STEP,
+    crossplane_v1: bool = False,
+) -> Rendered:
+    """Run one reconcile's function call and build crossplane render's output documents."""
+    world = _ObservedWorld(
+        xr,
+        required,
+        step_input=step_input,
+        crossplane_v1=crossplane_v1,
+        capabilities=not crossplane_v1,
+    )
+    world.composed = observed_composed(observed)
+    rsp, iterations = world.call()
+    fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
+    if fatal is not None:
+        return Rendered(fatal=fatal.message, response=rsp, iterations=iterations)
+    docs = [render_xr(world.xr, rsp)]
+    for name in sorted(rsp.desired.resources):
+        obj = go_numbers(resource.struct_to_dict(rsp.desired.resources[name].resource))
+        seen = world.composed.get(name)
+        composed_metadata(obj, world.xr, name, seen.obj if seen is not None else None)
+        docs.append(obj)
+    docs += result_documents(rsp, step)
+    deleted = sorted(set(world.composed) - set(rsp.desired.resources))
+    return Rendered(documents=docs, response=rsp, iterations=iterations, deleted=deleted)
+
+
+# --- output --------------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (policy documents, JWKS), like kubectl prints them."""
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(docs: Sequence[dict[str, Any]]) -> str:
+    """A YAML stream, each document opened with ``---``, keys sorted as in crossplane render."""
+    return yaml.dump_all(
+        docs,
+        Dumper=_Dumper,
+        explicit_start=True,
+        sort_keys=True,
+        default_flow_style=False,
+        width=1 << 30,
+    )
+
+
+def to_json(docs: Sequence[dict[str, Any]]) -> str:
+    """The documents as one JSON array."""
+    return json.dumps(list(docs), indent=2, sort_keys=True) + "\n"

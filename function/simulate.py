@@ -1,0 +1,572 @@
+"""``simulate``: play a ClusterPlugin's whole lifecycle against the in-memory :class:`World`.
+
+The workload control plane starts neither initialized nor available, becomes
+initialized at ``initialized_at`` and available at ``available_at``; every
+composed resource turns Ready ``ready_delay`` reconciles after it is created,
+unless a fault holds it down. Each reconcile is one full Crossplane reconcile
+(required-resources loop, apply, delete what is no longer desired).
+
+What is recorded, per reconcile: what was created or deleted, which composed
+resources the function reported ready, the XR's Ready condition, and what every
+plugin waited for (``status.plugins[].waitingFor`` of the desired composite).
+From that, per composed resource: the reconcile it appeared at, what it waited
+for before appearing (the plugin entries whose message names it as the node
+held back), and when it first became ready.
+
+Faults (``NODE@STEP[+DURATION]``): the provider reports NODE not Ready during
+reconciles STEP .. STEP+DURATION-1 (it is observed not Ready then, and Ready
+again from STEP+DURATION). The pseudo-node ``control-plane`` makes the workload
+control plane unavailable for those reconciles instead.
+
+Stopping early: once the XR is Ready, every scheduled event (control-plane
+transitions, faults) is over and ``SETTLE_STEPS`` reconciles in a row changed
+nothing, the run stops: the remaining reconciles would print identical lines.
+``all_steps`` turns this off.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.world import World
+
+CONTROL_PLANE = "control-plane"
+SETTLE_STEPS = 3
+_FAULT = re.compile(
+    r"^(?P<node>[a-z0-9]([-a-z0-9]*[a-z0-9])?)@(?P<step>\d+)(\+(?P<duration>\d+))?$"
+)
+
+
+class SimulateError(ValueError):
+    """A bad simulate argument."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """NODE held not-ready during reconciles ``start`` .. ``start + duration - 1``."""
+
+    node: str
+    start: int
+    duration: int = 1
+
+    def active(self, step: int) -> bool:
+        """Whether the fault holds during reconcile ``step``."""
+        return self.start <= step < self.start + self.duration
+
+    @property
+    def end(self) -> int:
+        """The first reconcile after the fault."""
+        return self.start + self.duration
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"node": self.node, "step": self.start, "duration": self.duration}
+
+
+def parse_fault(text: str) -> Fault:
+    """Parse ``NODE@STEP[+DURATION]`` (duration defaults to 1)."""
+    m = _FAULT.match(text.strip())
+    if not m:
+        msg = f"{text!r} is not NODE@STEP[+DURATION], e.g. cni-release@12+3"
+        raise SimulateError(msg)
+    start, duration = int(m.group("step")), int(m.group("duration") or 1)
+    if start < 1 or duration < 1:
+        msg = f"{text!r}: STEP and DURATION must be at least 1"
+        raise SimulateError(msg)
+    return Fault(m.group("node"), start, duration)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The schedule of one simulation."""
+
+    steps: int = 30
+    initialized_at: int = 3
+    available_at: int = 8
+    ready_delay: int = 1
+    faults: tuple[Fault, ...] = ()
+    crossplane_v1: bool = False
+    all_steps: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "steps": self.steps,
+            "initializedAt": self.initialized_at,
+            "availableAt": self.available_at,
+            "readyDelay": self.ready_delay,
+            "faults": [f.as_dict() for f in self.faults],
+            "crossplaneV1": self.crossplane_v1,
+        }
+
+
+@dataclass
+class StepRecord:
+    """What one reconcile did and saw."""
+
+    step: int
+    initialized: bool
+    available: bool
+    faults: list[str] = field(
+        default_factory=list
+    )  # held not-ready (or unavailable) in this reconcile
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    became_ready: list[str] = field(default_factory=list)
+    became_unready: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # desired bodies unlike the last reconcile's
+    ready_count: int = 0
+    desired_count: int = 0
+    xr_ready: bool = False
+    waiting: dict[str, str] = field(default_factory=dict)  # plugin -> waitingFor
+    results: list[dict[str, str]] = field(default_factory=list)
+    fatal: str | None = None
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing changed in this reconcile."""
+        return not (
+            self.created
+            or self.deleted
+            or self.became_ready
+            or self.became_unready
+            or self.changed
+            or self.results
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        d: dict[str, Any] = {
+            "step": self.step,
+            "controlPlane": {"initialized": self.initialized, "available": self.available},
+            "faults": self.faults,
+            "created": self.created,
+            "deleted": self.deleted,
+            "becameReady": self.became_ready,
+            "becameNotReady": self.became_unready,
+            "changed": self.changed,
+            "ready": self.ready_count,
+            "desired": self.desired_count,
+            "xrReady": self.xr_ready,
+            "waiting": self.waiting,
+            "results": self.results,
+        }
+        if self.fatal is not None:
+            d["fatal"] = self.fatal
+        return d
+
+
+@dataclass
+class NodeTimeline:
+    """One composed resource over the run."""
+
+    name: str
+    appeared: int
+    ready: int | None = None
+    waited_for: list[str] = field(default_factory=list)
+    # reconciles where it went Ready -> not Ready, and where its desired body changed
+    not_ready_again: list[int] = field(default_factory=list)
+    changed: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "appeared": self.appeared,
+            "ready": self.ready,
+            "waitedFor": self.waited_for,
+            "notReadyAgain": self.not_ready_again,
+            "changed": self.changed,
+        }
+
+
+@dataclass
+class Simulation:
+    """The outcome of a run."""
+
+    settings: Settings
+    xr: dict[str, Any]
+    steps: list[StepRecord] = field(default_factory=list)
+    nodes: dict[str, NodeTimeline] = field(default_factory=dict)
+    xr_ready_at: int | None = None
+    deletions: list[tuple[int, str]] = field(default_factory=list)
+    stopped_early: bool = False
+    unknown_faults: list[str] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        """The last reconcile played."""
+        return self.steps[-1].step if self.steps else 0
+
+    @property
+    def xr_ready_at_end(self) -> bool:
+        """The XR's Ready condition after the last reconcile."""
+        return bool(self.steps) and self.steps[-1].xr_ready
+
+    @property
+    def fatal(self) -> str | None:
+        """The first FATAL message, if any."""
+        return next((s.fatal for s in self.steps if s.fatal is not None), None)
+
+    def problems(self) -> list[str]:
+        """Why the run failed (empty when it passed)."""
+        out = []
+        if self.fatal is not None:
+            out.append(f"the function returned a FATAL result: {self.fatal}")
+        if self.xr_ready_at is None:
+            out.append(f"the XR never became Ready within {self.settings.steps} reconciles")
+        elif not self.xr_ready_at_end:
+            out.append(
+                f"the XR became Ready at reconcile {self.xr_ready_at} "
+                "but is not Ready at the last one"
+            )
+        if self.deletions:
+            listed = ", ".join(f"{name} (reconcile {step})" for step, name in self.deletions)
+            out.append(f"{len(self.deletions)} composed resource(s) deleted: {listed}")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        """Whether the lifecycle passed: ready, no deletions, no FATAL."""
+        return not self.problems()
+
+    def ordered_nodes(self) -> list[NodeTimeline]:
+        """Nodes by appearance, then readiness, then name."""
+        big = self.last_step + 1
+        return sorted(self.nodes.values(), key=lambda n: (n.appeared, n.ready or big, n.name))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The machine-readable document ``--output json`` prints."""
+        meta = self.xr.get("metadata") or {}
+        return {
+            "xr": {
+                "apiVersion": self.xr.get("apiVersion"),
+                "kind": self.xr.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+            },
+            "settings": self.settings.as_dict(),
+            "steps": [s.as_dict() for s in self.steps],
+            "nodes": [n.as_dict() for n in self.ordered_nodes()],
+            "xrReadyAt": self.xr_ready_at,
+            "xrReadyAtEnd": self.xr_ready_at_end,
+            "deletions": [{"step": step, "name": name} for step, name in self.deletions],
+            "lastStep": self.last_step,
+            "stoppedEarly": self.stopped_early,
+            "unknownFaults": self.unknown_faults,
+            "ok": self.ok,
+            "problems": self.problems(),
+        }
+
+
+def _plugins(rsp: fnv1.RunFunctionResponse) -> list[dict[str, Any]]:
+    status = resource.struct_to_dict(rsp.desired.composite.resource).get("status") or {}
+    return [p for p in status.get("plugins") or [] if isinstance(p, dict)]
+
+
+class Simulator:
+    """Drives a World through a schedule and records the timeline."""
+
+    def __init__(
+        self,
+        xr: dict[str, Any],
+        required: Iterable[dict[str, Any]] = (),
+        *,
+        step_input: dict[str, Any] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        s = self.settings
+        self.world = World(
+            xr,
+            required,
+            step_input=step_input,
+            crossplane_v1=s.crossplane_v1,
+            capabilities=not s.crossplane_v1,
+            ready_delay=s.ready_delay,
+        )
+        self.sim = Simulation(s, xr)
+        self._ready: set[str] = set()
+        self._bodies: dict[str, bytes] = {}
+        self._waits: dict[str, list[str]] = {}  # node -> what it waited for, before it appeared
+        self._quiet_run = 0
+
+    def _schedule(self, step: int) -> tuple[bool, bool]:
+        s = self.settings
+        available = step >= s.available_at and not any(
+            f.node == CONTROL_PLANE and f.active(step) for f in s.faults
+        )
+        initialized = step >= s.initialized_at or step >= s.available_at
+        self.world.set_control_plane(initialized=initialized, available=available)
+        # World applies held_down at the providers' tick after the reconcile, so a
+        # node is observed not-ready at reconcile N when held at the tick of N-1.
+        self.world.held_down = {
+            f.node for f in s.faults if f.node != CONTROL_PLANE and f.active(step + 1)
+        }
+        return initialized, available
+
+    def _record_waits(self, rsp: fnv1.RunFunctionResponse) -> dict[str, str]:
+        waiting = {}
+        for p in _plugins(rsp):
+            name, wait, msg = (
+                str(p.get("name", "")),
+                str(p.get("waitingFor", "")),
+                str(p.get("message", "")),
+            )
+            if not wait:
+                continue
+            waiting[name] = wait
+            node, sep, _ = msg.partition(": ")
+            if sep and " " not in node and node not in self.sim.nodes:
+                seen = self._waits.setdefault(node, [])
+                if wait not in seen:
+                    seen.append(wait)
+        return waiting
+
+    def _record_changes(self, n: int, rsp: fnv1.RunFunctionResponse, out: StepRecord) -> None:
+        for name in sorted(rsp.desired.resources):
+            body = rsp.desired.resources[name].resource.SerializeToString(deterministic=True)
+            before = self._bodies.get(name)
+            if before is not None and before != body:
+                out.changed.append(name)
+                node = self.sim.nodes.get(name)
+                if node is not None:
+                    node.changed.append(n)
+            self._bodies[name] = body
+
+    def step(self) -> StepRecord:
+        """Play one reconcile."""
+        n = self.world.step + 1
+        initialized, available = self._schedule(n)
+        rec = self.world.reconcile()
+        # The faults in effect in this reconcile (what it observes), not the providers' next tick.
+        out = StepRecord(
+            n,
+            initialized,
+            available,
+            faults=sorted({f.node for f in self.settings.faults if f.active(n)}),
+        )
+        rsp = rec.response
+        if rec.fatal is not None or rsp is None:
+            out.fatal = rec.fatal or "no response"
+            self.sim.steps.append(out)
+            return out
+        out.created, out.deleted = list(rec.created), list(rec.deleted)
+        out.waiting = self._record_waits(rsp)
+        out.results = [
+            {"severity": fnv1.Severity.Name(r.severity), "reason": r.reason, "message": r.message}
+            for r in rsp.results
+        ]
+        ready_now = {
+            name for name, r in rsp.desired.resources.items() if r.ready == fnv1.READY_TRUE
+        }
+        out.desired_count, out.ready_count = len(rsp.desired.resources), len(ready_now)
+        for name in sorted(rec.created):
+            if name not in self.sim.nodes:
+                self.sim.nodes[name] = NodeTimeline(name, n, waited_for=self._waits.pop(name, []))
+        for name in sorted(ready_now - self._ready):
+            out.became_ready.append(name)
+            node = self.sim.nodes.get(name)
+            if node is not None and node.ready is None:
+                node.ready = n
+        for name in sorted(self._ready - ready_now):
+            if name in rsp.desired.resources:
+                out.became_unready.append(name)
+                node = self.sim.nodes.get(name)
+                if node is not None:
+                    node.not_ready_again.append(n)
+        self._ready = ready_now
+        self._record_changes(n, rsp, out)
+        out.xr_ready = rec.xr_ready
+        if out.xr_ready and self.sim.xr_ready_at is None:
+            self.sim.xr_ready_at = n
+        self.sim.deletions.extend((n, name) for name in rec.deleted)
+        self.sim.steps.append(out)
+        return out
+
+    def _settled(self, rec: StepRecord) -> bool:
+        s = self.settings
+        self._quiet_run = self._quiet_run + 1 if rec.quiet and rec.xr_ready else 0
+        pending = max([s.initialized_at, s.available_at, *(f.end for f in s.faults)])
+        return self._quiet_run >= SETTLE_STEPS and rec.step >= pending
+
+    def run(self, on_step: Callable[[StepRecord], None] | None = None) -> Simulation:
+        """Play up to ``settings.steps`` reconciles."""
+        for _ in range(self.settings.steps):
+            rec = self.step()
+            if on_step is not None:
+                on_step(rec)
+            if rec.fatal is not None:
+                break  # the same input fails the same way every time
+            if not self.settings.all_steps and self._settled(rec):
+                self.sim.stopped_early = rec.step < self.settings.steps
+                break
+        known = set(self.sim.nodes) | {CONTROL_PLANE}
+        self.sim.unknown_faults = sorted({f.node for f in self.settings.faults} - known)
+        return self.sim
+
+
+# --- text output -----------------------------------------------------------------
+
+
+def step_line(rec: StepRecord) -> str:
+    """One plain line for a reconcile."""
+    cp = "available" if rec.available else "initialized" if rec.initialized else "not initialized"
+    parts = [f"reconcile {rec.step:>3}", f"control plane {cp}"]
+    if rec.fatal is not None:
+        return " | ".join([*parts, f"FATAL: {rec.fatal}"])
+    parts.append(f"ready {rec.ready_count}/{rec.desired_count}")
+    parts.append("XR Ready" if rec.xr_ready else "XR not Ready")
+    if rec.faults:
+        parts.append("fault: " + ", ".join(rec.faults))
+    if rec.created:
+        parts.append("created: " + ", ".join(sorted(rec.created)))
+    if rec.became_unready:
+        parts.append("not ready again: " + ", ".join(rec.became_unready))
+    if rec.changed:
+        parts.append("changed: " + ", ".join(rec.changed))
+    if rec.deleted:
+        parts.append("DELETED: " + ", ".join(rec.deleted))
+    return " | ".join(parts)
+
+
+def timeline_rows(sim: Simulation) -> list[tuple[str, ...]]:
+    """One row per composed resource, in TIMELINE_HEADER's order."""
+    return [
+        (
+            n.name,
+            str(n.appeared),
+            "; ".join(n.waited_for) or "-",
+            str(n.ready) if n.ready is not None else "never",
+            ", ".join(map(str, n.not_ready_again)) or "-",
+            ", ".join(map(str, n.changed)) or "-",
+        )
+        for n in sim.ordered_nodes()
+    ]
+
+
+TIMELINE_HEADER = (
+    "composed resource",
+    "appeared",
+    "waited for before appearing",
+    "ready",
+    "not ready again",
+    "changed",
+)
+
+
+def summary_lines(sim: Simulation) -> list[str]:
+    """The closing lines under the timeline."""
+    s = sim.settings
+    lines = [
+        (
+            f"control plane: initialized at reconcile {s.initialized_at}, "
+            f"available at {s.available_at}; "
+            f"resources ready {s.ready_delay} reconcile(s) after creation"
+        ),
+    ]
+    if s.faults:
+        lines.append(
+            "faults: "
+            + ", ".join(f"{f.node} not ready in reconciles {f.start}-{f.end - 1}" for f in s.faults)
+        )
+    lines.append(
+        "waited for: what status.plugins[] named while the resource was its plugin's first one "
+        "held back ('-': never named, e.g. it appeared together with or right after the one named)"
+    )
+    lines.append(
+        f"XR Ready at reconcile: {sim.xr_ready_at if sim.xr_ready_at is not None else 'never'}"
+    )
+    played = f"reconciles played: {sim.last_step} of {s.steps}"
+    if sim.stopped_early:
+        played += f" (stopped after {SETTLE_STEPS} quiet reconciles with the XR Ready)"
+    lines.append(played)
+    lines.append(f"deletions: {len(sim.deletions)}")
+    lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
+    lines.extend(
+        f"warning: --fail {name}: no composed resource of that name appeared"
+        for name in sim.unknown_faults
+    )
+    lines.extend(f"FAILED: {p}" for p in sim.problems())
+    return lines
+
+
+def plain_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A fixed-width text table."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run_live(simulator: Simulator, *, delay: float = 0.0) -> Simulation:
+    """Run with a rich progress view (stdout is a terminal), then print the timeline table."""
+    import time  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415  # only the live view needs rich
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    console = Console(highlight=False)
+    progress = Progress(
+        TextColumn("reconcile"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        transient=True,
+    )
+
+    def on_step(rec: StepRecord) -> None:
+        style = "red" if rec.fatal or rec.deleted else "green" if rec.xr_ready else ""
+        progress.console.print(Text(step_line(rec), style=style))
+        status = "XR Ready" if rec.xr_ready else f"{len(rec.waiting)} plugin(s) waiting"
+        progress.update(
+            task, advance=1, status=f"ready {rec.ready_count}/{rec.desired_count}, {status}"
+        )
+        if delay > 0:
+            time.sleep(delay)
+
+    with progress:
+        task = progress.add_task("simulate", total=simulator.settings.steps, status="")
+        sim = simulator.run(on_step)
+
+    table = Table(title="timeline", title_justify="left", expand=True)
+    name, appeared, waited, ready, again, changed = TIMELINE_HEADER
+    table.add_column(name, overflow="fold", ratio=3)
+    table.add_column(appeared, justify="right", no_wrap=True, min_width=len(appeared))
+    table.add_column(waited, overflow="fold", ratio=3)
+    table.add_column(ready, justify="right", no_wrap=True, min_width=len(ready))
+    table.add_column(again, overflow="fold", ratio=1)
+    table.add_column(changed, overflow="fold", ratio=1)
+    for row in timeline_rows(sim):
+        table.add_row(*(Text(c) for c in row))
+    console.print(table)
+    for line in summary_lines(sim):
+        style = "red" if line.startswith(("FAILED", "warning")) else ""
+        console.print(Text(line, style=style))
+    if sim.ok:
+        console.print(Text("OK: the XR became Ready and nothing was deleted", style="green"))
+    return sim
+
+
+def run_plain(simulator: Simulator, echo: Callable[[str], None]) -> Simulation:
+    """Run printing one plain line per reconcile, then the timeline table."""
+    sim = simulator.run(lambda rec: echo(step_line(rec)))
+    echo("")
+    echo("timeline")
+    echo(plain_table(TIMELINE_HEADER, timeline_rows(sim)))
+    echo("")
+    for line in summary_lines(sim):
+        echo(line)
+    if sim.ok:
+        echo("OK: the XR became Ready and nothing was deleted")
+    return sim

@@ -1,0 +1,206 @@
+"""``function-cluster-plugin issuer``: the URL the function will use, and the KCP change it needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from function import issuer, render
+from function.main import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["issuer", *args], catch_exceptions=False)
+
+
+def rendered_issuer(name: str, *, step_input: dict[str, Any] | None = None) -> str:
+    ex = EXAMPLES / name
+    out = render.render(
+        render.load_one(ex / "xr.yaml", "XR"),
+        required=render.load_documents([ex / "required"]),
+        step_input=step_input,
+    )
+    assert out.fatal is None
+    return str(out.documents[0]["status"]["issuerURL"])
+
+
+def issuer_json(*args: str) -> dict[str, Any]:
+    r = invoke(*args, "-o", "json")
+    assert r.exit_code == 0, r.output
+    return dict(json.loads(r.stdout))
+
+
+def write_xr(tmp_path: Path, name: str, change: Any) -> Path:
+    xr = yaml.safe_load((EXAMPLES / name / "xr.yaml").read_text())
+    change(xr)
+    path = tmp_path / "xr.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    return path
+
+
+def test_selfhosted_issuer_is_what_the_function_writes_to_status() -> None:
+    doc = issuer_json(str(EXAMPLES / "selfhosted-full" / "xr.yaml"))
+    assert doc["mode"] == "SelfHosted"
+    assert doc["issuerURL"] == rendered_issuer("selfhosted-full")
+    assert doc["regionFrom"] == "spec.region"
+
+
+def test_example_control_plane_already_carries_the_issuer() -> None:
+    doc = issuer_json(str(EXAMPLES / "selfhosted-full" / "xr.yaml"))
+    kcp = yaml.safe_load(
+        (EXAMPLES / "selfhosted-full" / "required" / "kubeadmcontrolplane.yaml").read_text()
+    )
+    args = kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"]
+    assert {"name": "service-account-issuer", "value": doc["issuerURL"]} in args
+
+
+def test_region_from_the_awscluster_of_a_legacy_claim() -> None:
+    name = "calico-legacy-claim"
+    xr = str(EXAMPLES / name / "xr.yaml")
+    doc = issuer_json(xr, "--required", str(EXAMPLES / name / "required"))
+    assert doc["issuerURL"] == rendered_issuer(name)
+    assert doc["regionFrom"] == "AWSCluster spec.region"
+    assert doc["namespace"] == "platform"  # from the claim-namespace label
+    # Without the AWSCluster, --region must say it.
+    r = invoke(xr)
+    assert r.exit_code == 2
+    assert "region is unknown" in r.stderr
+    assert issuer_json(xr, "--region", "eu-west-1")["issuerURL"] == doc["issuerURL"]
+
+
+def test_v1beta2_patch_is_a_name_value_list_and_v1beta1_a_map() -> None:
+    doc = issuer_json(str(EXAMPLES / "selfhosted-full" / "xr.yaml"))
+    url = doc["issuerURL"]
+    v2 = doc["kubeadmControlPlane"]["v1beta2"]
+    assert v2["apiVersion"] == "controlplane.cluster.x-k8s.io/v1beta2"
+    assert v2["kind"] == "KubeadmControlPlane"
+    args = v2["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"]
+    assert args == [
+        {"name": "service-account-issuer", "value": url},
+        {"name": "api-audiences", "value": "sts.amazonaws.com"},
+    ]
+    v1 = doc["kubeadmControlPlane"]["v1beta1"]
+    assert v1["apiVersion"] == "controlplane.cluster.x-k8s.io/v1beta1"
+    assert v1["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"] == {
+        "service-account-issuer": url,
+        "api-audiences": "sts.amazonaws.com",
+    }
+    assert any(issuer.KUBEADM_DEFAULT_ISSUER in n for n in doc["notes"])
+
+
+def test_text_and_yaml_outputs() -> None:
+    xr = str(EXAMPLES / "selfhosted-full" / "xr.yaml")
+    url = issuer_json(xr)["issuerURL"]
+    text = invoke(xr).stdout
+    assert f"    {url}\n" in text
+    assert "- name: service-account-issuer" in text
+    assert "service-account-issuer: " + url in text
+    assert "BEFORE creating the cluster" in text
+    assert yaml.safe_load(invoke(xr, "-o", "yaml").stdout)["issuerURL"] == url
+
+
+def test_name_prefix_and_bucket_name_change_the_issuer(tmp_path: Path) -> None:
+    xr = str(EXAMPLES / "selfhosted-full" / "xr.yaml")
+    inp = tmp_path / "input.yaml"
+    inp.write_text("apiVersion: fn.clusterplugin.dev/v1alpha1\nkind: Input\nnamePrefix: acme-\n")
+    doc = issuer_json(xr, "--input", str(inp))
+    assert doc["issuerURL"].startswith("https://acme-irsa-team-a-demo-")
+    assert doc["issuerURL"] == rendered_issuer(
+        "selfhosted-full", step_input={"namePrefix": "acme-"}
+    )
+
+    def bucket(x: dict[str, Any]) -> None:
+        x["spec"]["irsa"]["bucketName"] = "my-oidc-bucket"
+
+    path = write_xr(tmp_path, "selfhosted-full", bucket)
+    assert (
+        issuer_json(str(path))["issuerURL"] == "https://my-oidc-bucket.s3.us-east-1.amazonaws.com"
+    )
+
+
+def test_china_region_uses_the_china_dns_suffix(tmp_path: Path) -> None:
+    def china(x: dict[str, Any]) -> None:
+        x["spec"]["region"] = "cn-north-1"
+
+    doc = issuer_json(str(write_xr(tmp_path, "selfhosted-full", china)))
+    assert doc["issuerURL"].endswith(".s3.cn-north-1.amazonaws.com.cn")
+
+
+def test_external_prints_the_given_issuer() -> None:
+    xr_path = EXAMPLES / "external-eks" / "xr.yaml"
+    xr = yaml.safe_load(xr_path.read_text())
+    r = invoke(str(xr_path))
+    assert r.exit_code == 0
+    assert xr["spec"]["irsa"]["issuerURL"] in r.stdout
+    assert "nothing to change" in r.stdout
+    doc = issuer_json(str(xr_path))
+    assert doc == {
+        "mode": "External",
+        "issuerURL": xr["spec"]["irsa"]["issuerURL"],
+        "namespace": "payments",
+        "clusterName": "prod",
+        "oidcProviderARN": xr["spec"]["irsa"]["oidcProviderARN"],
+    }
+    assert doc["issuerURL"] == rendered_issuer("external-eks")
+
+
+def test_disabled_errors(tmp_path: Path) -> None:
+    def disable(x: dict[str, Any]) -> None:
+        x["spec"]["irsa"] = {"mode": "Disabled"}
+
+    r = invoke(str(write_xr(tmp_path, "selfhosted-full", disable)))
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "Disabled" in r.stderr
+
+
+def test_conflicting_region_errors() -> None:
+    r = invoke(str(EXAMPLES / "selfhosted-full" / "xr.yaml"), "--region", "eu-west-1")
+    assert r.exit_code == 2
+    assert "disagrees with spec.region us-east-1" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda x: x["spec"].pop("clusterName"), "spec.clusterName"),
+        (lambda x: x["spec"].update(clusterNamespace="other"), "spec.clusterNamespace"),
+    ],
+)
+def test_invalid_xr_names_the_field(tmp_path: Path, change: Any, field: str) -> None:
+    r = invoke(str(write_xr(tmp_path, "selfhosted-full", change)))
+    assert r.exit_code == 2
+    assert field in r.stderr
+
+
+def test_cluster_scoped_xr_without_claim_uses_spec_cluster_namespace(tmp_path: Path) -> None:
+    def unclaimed(x: dict[str, Any]) -> None:
+        del x["metadata"]["labels"]
+        del x["spec"]["claimRef"]
+        x["spec"]["clusterNamespace"] = "platform"
+        x["spec"]["region"] = "eu-west-1"
+
+    path = write_xr(tmp_path, "calico-legacy-claim", unclaimed)
+    doc = issuer_json(str(path))
+    assert doc["namespace"] == "platform"
+    assert doc["issuerURL"] == rendered_issuer("calico-legacy-claim")
+
+
+def test_no_irsa_addon_still_prints_with_a_warning(tmp_path: Path) -> None:
+    def calico_only(x: dict[str, Any]) -> None:
+        x["spec"]["networking"] = {"calico": {}}
+        x["spec"].pop("storage")
+        x["spec"].pop("ingress")
+
+    r = invoke(str(write_xr(tmp_path, "selfhosted-full", calico_only)))
+    assert r.exit_code == 0
+    assert "no add-on in the spec uses IRSA" in r.stderr
+    assert "https://irsa-team-a-demo-" in r.stdout
