@@ -92,7 +92,8 @@ REQUIRED_FILES = sorted(EXAMPLES.glob("*/required/*.yaml"))
 # checks them.
 REQUIRED_CRD_FILES = [p for p in REQUIRED_FILES if _load(p)["kind"] != "Secret"]
 API_FILES = sorted(APIS.glob("v*/*.yaml"))
-SCENARIOS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
+# Render scenarios: the example folders with an XR (production/ only shows the runtime wiring).
+SCENARIOS = sorted(p for p in EXAMPLES.iterdir() if (p / "xr.yaml").is_file())
 COMPOSITIONS = [COMPOSITION_V2, COMPOSITION_V1]
 
 
@@ -856,3 +857,23 @@ def test_cluster_role_covers_every_kind_the_examples_reference() -> None:
         ("infrastructure.cluster.x-k8s.io", "awsmanagedclusters"),
     }
     assert needed <= granted, f"not granted: {sorted(needed - granted)}"
+
+
+def test_production_wiring_example() -> None:
+    """Function + DeploymentRuntimeConfig validate; 2 replicas, limits set, a PDB selects the pods."""
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "production" / "function.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    assert set(by_kind) == {"Function", "DeploymentRuntimeConfig", "PodDisruptionBudget"}
+    for kind in ("Function", "DeploymentRuntimeConfig"):
+        assert validate(by_kind[kind]) == [], kind
+    drc = by_kind["DeploymentRuntimeConfig"]["spec"]["deploymentTemplate"]["spec"]
+    assert drc["replicas"] >= 2
+    (container,) = drc["template"]["spec"]["containers"]
+    assert container["name"] == "package-runtime"
+    assert container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"]["cpu"]
+    fn_ref = by_kind["Function"]["spec"]["runtimeConfigRef"]
+    assert fn_ref["name"] == by_kind["DeploymentRuntimeConfig"]["metadata"]["name"]
+    pdb = by_kind["PodDisruptionBudget"]
+    assert pdb["spec"]["selector"]["matchLabels"] == {"pkg.crossplane.io/function": "function-cluster-plugin"}
+    assert pdb["spec"]["minAvailable"] < drc["replicas"]
