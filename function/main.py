@@ -343,5 +343,14 @@ def issuer_cmd(
         click.echo(issuer.text(result), nl=False)
 
 
+def _add_aws_group() -> None:
+    # Imports no boto3: `aws preflight` loads it when it runs.
+    from function.aws.cli import aws  # noqa: PLC0415
+
+    cli.add_command(aws)
+
+
+_add_aws_group()
+
 if __name__ == "__main__":
     cli()

@@ -23,8 +23,10 @@ JWKS_KEY = "keys.json"
 MANAGED_POLICIES = {
     "vpc-cni": "policy/AmazonEKS_CNI_Policy",
     # V2 only manages volumes and snapshots tagged ebs.csi.aws.com/cluster=true,
-    # which the driver puts on everything it creates.
-    "ebs-csi": "policy/service-role/AmazonEBSCSIDriverPolicyV2",
+    # which the driver puts on everything it creates. Unlike V1 (and the driver's
+    # install doc), V2 is not under service-role/: that ARN is NoSuchEntity
+    # (AWS's managed-policy list, as vendored by moto, has Path "/").
+    "ebs-csi": "policy/AmazonEBSCSIDriverPolicyV2",
     "efs-csi": "policy/service-role/AmazonEFSCSIDriverPolicy",
 }
 

@@ -49,6 +49,9 @@ CIDR_V4 = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
 DURATION = re.compile(r"^(\d+h)?(\d+m)?(\d+s)?$")
 
 
+S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+
+
 def s3_bucket_name_problem(name: str) -> str | None:
     """Why S3 (or the issuer's HTTPS endpoint) would reject ``name``, or None."""
     if not 3 <= len(name) <= 63:
@@ -60,7 +63,7 @@ def s3_bucket_name_problem(name: str) -> str | None:
             f"{name!r} may hold only lower-case letters, digits and '-' (no dots), "
             "starting and ending with a letter or digit"
         )
-    if name.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or name.endswith(
+    if name.startswith(S3_RESERVED_PREFIXES) or name.endswith(
         ("-s3alias", "--ol-s3", "--x-s3", "--table-s3")
     ):
         return f"{name!r} uses a prefix or suffix S3 reserves"
@@ -234,21 +237,20 @@ class IRSASpec(_Strict):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> IRSASpec:
-        if self.mode is IRSAMode.EXTERNAL:
-            if not self.issuer_url:
-                msg = "issuerURL is required when mode is External"
+        # "<field>: <message>" names the exact field (see _first_error).
+        external = self.mode is IRSAMode.EXTERNAL
+        for name, value in (
+            ("issuerURL", self.issuer_url),
+            ("oidcProviderARN", self.oidc_provider_arn),
+        ):
+            if external and not value:
+                msg = f"{name}: is required when mode is External"
                 raise ValueError(msg)
-            if not self.oidc_provider_arn:
-                msg = "oidcProviderARN is required when mode is External"
+            if not external and value:
+                msg = f"{name}: is only allowed when mode is External (mode is {self.mode.value})"
                 raise ValueError(msg)
-        elif self.issuer_url or self.oidc_provider_arn:
-            msg = (
-                "issuerURL and oidcProviderARN are only allowed when mode is External "
-                f"(mode is {self.mode.value})"
-            )
-            raise ValueError(msg)
         if self.bucket_name and self.mode is not IRSAMode.SELF_HOSTED:
-            msg = "bucketName is only allowed when mode is SelfHosted"
+            msg = f"bucketName: is only allowed when mode is SelfHosted (mode is {self.mode.value})"
             raise ValueError(msg)
         return self
 
@@ -418,6 +420,13 @@ class TTL(_Strict):
     waiting: Seconds = 30
     ready: Seconds = 600
 
+    @model_validator(mode="after")
+    def _order(self) -> TTL:
+        if self.waiting > self.ready:
+            msg = f"waiting: must not be longer than ready ({self.waiting}s > {self.ready}s)"
+            raise ValueError(msg)
+        return self
+
 
 class ProviderConfigRef(_Strict):
     """A provider config reference for composed AWS resources."""
@@ -471,14 +480,12 @@ class StepInput(_Strict):
                 "(it starts bucket and role names)"
             )
             raise ValueError(msg)
-        return v
-
-    @model_validator(mode="after")
-    def _ttl_order(self) -> StepInput:
-        if self.ttl.waiting > self.ttl.ready:
-            msg = "ttl.waiting must not be longer than ttl.ready"
+        # Derived bucket names start with the prefix, so S3's reserved prefixes
+        # would make every bucket this Composition derives unusable.
+        if v.startswith(S3_RESERVED_PREFIXES):
+            msg = f"{v!r} starts with a prefix S3 reserves ({', '.join(S3_RESERVED_PREFIXES)})"
             raise ValueError(msg)
-        return self
+        return v
 
 
 # --- parsing ---------------------------------------------------------------
@@ -500,6 +507,10 @@ def _first_error(prefix: str, err: ValidationError) -> InvalidInputError:
     e = err.errors(include_url=False)[0]
     field = _field_path(prefix, e["loc"])
     msg = e["msg"].removeprefix("Value error, ")
+    # Model-level checks name their sub-field as "<field>: <message>".
+    sub = re.match(r"^([A-Za-z][A-Za-z0-9]*): (.*)$", msg)
+    if e["type"] == "value_error" and sub:
+        field, msg = f"{field}.{sub.group(1)}", sub.group(2)
     if e["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the ClusterPlugin schema)"
     elif e["type"] == "missing":

@@ -189,7 +189,7 @@ BAD_SPECS = [
         },
         "spec.networking.amazonVPC.values.serviceAccount.annotations.eks.amazonaws.com/role-arn: is set by the function",
     ),
-    ({"clusterName": "demo", "irsa": {"mode": "External"}}, "spec.irsa: issuerURL is required"),
+    ({"clusterName": "demo", "irsa": {"mode": "External"}}, "spec.irsa.issuerURL: is required when mode is External"),
     (
         {
             "clusterName": "demo",
@@ -237,7 +237,7 @@ def test_bad_spec_gives_one_fatal_naming_the_field(spec: dict[str, Any], field: 
 
 BAD_INPUTS = [
     ({"ttl": {"waiting": "soon"}}, "input.ttl.waiting:"),
-    ({"ttl": {"waiting": "20m", "ready": "10m"}}, "input: ttl.waiting must not be longer"),
+    ({"ttl": {"waiting": "20m", "ready": "10m"}}, "input.ttl.waiting: must not be longer than ready"),
     (
         {"charts": {"ebs": {"repository": "ftp://x", "name": "a", "version": "1.0.0"}}},
         "input.charts.ebs.repository:",
