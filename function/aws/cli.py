@@ -1,0 +1,208 @@
+"""``function-cluster-plugin aws``: account preflight and the provider's IAM policy.
+
+``preflight`` needs boto3 (the ``aws`` extra) and is imported lazily, so the
+rest of the CLI starts without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from function.aws.provider_policy import default_bucket_prefix, default_role_prefix, provider_policy
+from function.names import PARTITIONS
+
+if TYPE_CHECKING:
+    from function.aws.preflight import Report
+
+XR_KINDS = ("ClusterPlugin", "XClusterPlugin")
+
+
+class InputProblemError(click.ClickException):
+    """Unusable input files: exit code 2, like other usage errors."""
+
+    exit_code = 2
+
+
+@click.group("aws")
+def aws() -> None:
+    """Check an AWS account before installing a ClusterPlugin; print the provider's IAM policy."""
+
+
+def _read_xr(path: Path) -> dict[str, Any]:
+    from function.aws.inputs import InputError, load_documents  # noqa: PLC0415
+
+    try:
+        docs = load_documents(path)
+    except InputError as err:
+        raise InputProblemError(str(err)) from err
+    for doc in docs:
+        if doc.get("kind") in XR_KINDS or "clusterName" in (doc.get("spec") or {}):
+            return doc
+    msg = f"{path}: no ClusterPlugin or XClusterPlugin in the file"
+    raise InputProblemError(msg)
+
+
+_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+
+
+def render_text(report: Report) -> str:
+    """A person-readable report: one line per check, the fix under each problem."""
+    d = report.to_dict()
+    account = d["account"] or "?"
+    head = [
+        f"ClusterPlugin {d['cluster']}  region {d['region']}  account {account}  phase {d['phase']}"
+    ]
+    if d["bucket"]:
+        head.append(f"bucket {d['bucket']}  issuer {d['issuerURL']}")
+    elif d["issuerURL"]:
+        head.append(f"issuer {d['issuerURL']}")
+    width = max((len(c.name) for c in report.checks), default=0)
+    lines = [*head, ""]
+    for c in report.checks:
+        lines.append(f"{_MARK[c.status.value]}  {c.name.ljust(width)}  {c.message}")
+        if c.fix and c.status.value != "pass":
+            lines.append(f"{' ' * (6 + width)}  fix: {c.fix}")
+    s = d["summary"]
+    lines += ["", f"{s['pass']} passed, {s['warn']} warning(s), {s['fail']} failed"]
+    return "\n".join(lines)
+
+
+@aws.command()
+@click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--profile", help="AWS profile (default: the standard credential chain).")
+@click.option(
+    "--region", help="Region if neither spec.region nor the AWSCluster (--required) gives one."
+)
+@click.option(
+    "--endpoint-url",
+    envvar="AWS_ENDPOINT_URL",
+    help="Send every AWS call here (an emulator such as moto); S3 then uses path-style URLs.",
+)
+@click.option(
+    "--required",
+    "required",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Cluster API objects and the <cluster>-sa Secret (YAML files or directories); repeatable.",
+)
+@click.option(
+    "--sa-public-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The service-account public key (PEM), instead of the <cluster>-sa Secret.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's step Input (for namePrefix).",
+)
+@click.option(
+    "--phase",
+    type=click.Choice(["before", "after", "auto"]),
+    default="auto",
+    show_default=True,
+    help="before: what blocks creation; after: all must exist; auto: after once the bucket exists.",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def preflight(
+    *,
+    xr: Path,
+    profile: str | None,
+    region: str | None,
+    endpoint_url: str | None,
+    required: tuple[Path, ...],
+    sa_public_key: Path | None,
+    input_path: Path | None,
+    phase: str,
+    output: str,
+) -> None:
+    """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
+
+    Exits 1 when any check fails, 2 when the input files cannot be used.
+    """
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+        from function.aws import preflight as pf  # noqa: PLC0415
+        from function.aws.clients import make_clients  # noqa: PLC0415
+    except ImportError as err:
+        msg = f"aws preflight needs boto3 ({err}): pip install 'function-cluster-plugin[aws]'"
+        raise click.ClickException(msg) from err
+    from function.aws.inputs import InputError, build_target, load_all, load_documents  # noqa: PLC0415
+
+    xr_doc = _read_xr(xr)
+    try:
+        step = None
+        if input_path is not None:
+            docs = load_documents(input_path)
+            step = next((d for d in docs if d.get("kind") == "Input"), docs[0] if docs else None)
+        target = build_target(
+            xr_doc,
+            required=load_all(required),
+            step_input=step,
+            region=region,
+            public_key=sa_public_key.read_bytes() if sa_public_key else None,
+            public_key_source=str(sa_public_key) if sa_public_key else "",
+        )
+    except InputError as err:
+        raise InputProblemError(str(err)) from err
+
+    try:
+        clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
+        report = pf.run(target, clients, pf.Phase(phase))
+    except (BotoCoreError, ClientError) as err:
+        # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
+        msg = f"an AWS call failed: {err}"
+        raise click.ClickException(msg) from err
+    if output == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(render_text(report))
+    if report.failed:
+        raise SystemExit(1)
+
+
+@aws.command("provider-policy")
+@click.option(
+    "--name-prefix", default="", help="The step input's namePrefix (sets both prefixes' defaults)."
+)
+@click.option(
+    "--bucket-prefix", help="Issuer buckets start with this. [default: <name-prefix>irsa-]"
+)
+@click.option(
+    "--role-prefix",
+    help="Roles and policies (under /clusterplugin/) start with this. [default: <name-prefix>]",
+)
+@click.option(
+    "--partition", type=click.Choice(sorted(PARTITIONS)), default="aws", show_default=True
+)
+@click.option(
+    "--account-id", default="*", show_default=True, help="12-digit account id, or * for any."
+)
+def provider_policy_cmd(
+    *,
+    name_prefix: str,
+    bucket_prefix: str | None,
+    role_prefix: str | None,
+    partition: str,
+    account_id: str,
+) -> None:
+    """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON)."""
+    try:
+        doc = provider_policy(
+            bucket_prefix=default_bucket_prefix(name_prefix)
+            if bucket_prefix is None
+            else bucket_prefix,
+            role_prefix=default_role_prefix(name_prefix) if role_prefix is None else role_prefix,
+            partition=partition,
+            account_id=account_id,
+        )
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+    click.echo(json.dumps(doc, indent=2))
