@@ -147,9 +147,9 @@ def _ref_selector(
             return None  # a kind we have no version for: nothing we can use
     if api_version is None:
         return None
-    return Selector(
-        api_version, kind, match_name=name, namespace=structs.str_at(ref, "namespace") or namespace
-    )
+    # Always the XR's namespace: a ref naming another namespace (CAPI's webhook
+    # forbids it) must not make Crossplane read objects there on our behalf.
+    return Selector(api_version, kind, match_name=name, namespace=namespace)
 
 
 def _items(req: fnv1.RunFunctionRequest, name: str) -> tuple[list[struct_pb2.Struct], bool]:

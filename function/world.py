@@ -77,18 +77,18 @@ def _group(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def _arn(obj: dict[str, Any]) -> str | None:
+def _partition(region: str) -> str:
+    if region.startswith("cn-"):
+        return "aws-cn"
+    return "aws-us-gov" if region.startswith("us-gov-") else "aws"
+
+
+def _arn(obj: dict[str, Any], default_region: str = "us-east-1") -> str | None:
     kind = obj.get("kind")
     fp = obj.get("spec", {}).get("forProvider", {})
     ext = obj.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name", "")
-    region = fp.get("region", "us-east-1")
-    part = (
-        "aws-cn"
-        if region.startswith("cn-")
-        else "aws-us-gov"
-        if region.startswith("us-gov-")
-        else "aws"
-    )
+    # IAM is global: its objects carry no region, so they take the cluster's partition.
+    part = _partition(fp.get("region", default_region))
     if kind == "Role":
         # A role lives in the account of the OIDC provider it trusts (External IRSA
         # names another account than the simulated one).
@@ -99,7 +99,6 @@ def _arn(obj: dict[str, Any]) -> str | None:
         return f"arn:{part}:iam::{ACCOUNT}:policy{fp.get('path', '/')}{ext}"
     if kind == "OpenIDConnectProvider":
         url = fp.get("url", "")
-        part = "aws-cn" if url.endswith(".cn") else part
         return f"arn:{part}:iam::{ACCOUNT}:oidc-provider/{url.removeprefix('https://')}"
     if kind == "Bucket":
         return f"arn:{part}:s3:::{ext}"
@@ -171,6 +170,12 @@ class World:
         self.held_down: set[str] = set()  # names a fault keeps not-ready
         self.hidden: set[str] = set()  # required objects temporarily unreadable (kind/name)
         self.history: list[Reconcile] = []
+        infra = next((o for o in self.required if o.get("kind") == "AWSCluster"), {})
+        self.region: str = (
+            self.xr.get("spec", {}).get("region")
+            or infra.get("spec", {}).get("region")
+            or "us-east-1"
+        )
         self.deletions: list[tuple[int, str]] = []
 
     # --- the world outside the function -----------------------------------
@@ -211,7 +216,7 @@ class World:
             ]
         else:
             status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
-        arn = _arn(obj)
+        arn = _arn(obj, self.region)
         if arn and c.ready:
             status.setdefault("atProvider", {})["arn"] = arn
         return obj

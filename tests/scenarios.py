@@ -145,8 +145,26 @@ SCENARIOS = [
             lambda xr: xr["spec"].pop("networking"),
         ),
     ),
-    Scenario("china-region", "selfhosted-full", mutate_required=_region("cn-north-1")),
-    Scenario("govcloud-region", "selfhosted-full", mutate_required=_region("us-gov-west-1")),
+    # spec.region wins over the AWSCluster's, so both are set; a third case leaves
+    # spec.region out so the AWSCluster's region is the one used.
+    Scenario(
+        "china-region",
+        "selfhosted-full",
+        mutate_xr=_set("region", "cn-north-1"),
+        mutate_required=_region("cn-north-1"),
+    ),
+    Scenario(
+        "govcloud-region",
+        "selfhosted-full",
+        mutate_xr=_set("region", "us-gov-west-1"),
+        mutate_required=_region("us-gov-west-1"),
+    ),
+    Scenario(
+        "region-from-awscluster",
+        "calico-legacy-claim",
+        mutate_xr=lambda xr: xr["spec"].pop("region", None),
+        mutate_required=_region("eu-central-1"),
+    ),
     Scenario(
         "prefixed-and-versions",
         "selfhosted-full",

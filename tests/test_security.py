@@ -43,6 +43,10 @@ def test_trust_policies_name_the_exact_service_account_and_audience(name: str) -
     world = _final(name)
     issuer = world.xr["status"]["issuerURL"].removeprefix("https://")
     provider = world.xr["status"]["oidcProviderARN"]
+    partition = {"china-region": "aws-cn"}.get(name, "aws")
+    assert provider.startswith(f"arn:{partition}:iam::")
+    if name == "china-region":
+        assert issuer.endswith(".amazonaws.com.cn")
     roles = {n: c for n, c in world.composed.items() if n in EXPECTED_SUBJECTS}
     assert roles
     for node, c in roles.items():
