@@ -92,7 +92,9 @@ def _arn(obj: dict[str, Any], default_region: str = "us-east-1") -> str | None:
     if kind == "Role":
         # A role lives in the account of the OIDC provider it trusts (External IRSA
         # names another account than the simulated one).
-        trusted = re.search(r"arn:[\w-]+:iam::(\d{12}):oidc-provider/", fp.get("assumeRolePolicy", ""))
+        trusted = re.search(
+            r"arn:[\w-]+:iam::(\d{12}):oidc-provider/", fp.get("assumeRolePolicy", "")
+        )
         account = trusted.group(1) if trusted else ACCOUNT
         return f"arn:{part}:iam::{account}:role{fp.get('path', '/')}{ext}"
     if kind == "Policy":
