@@ -29,5 +29,11 @@ pytest: $(STAMP)
 
 test: lint types pytest
 
+# The long proof of issue 6 (about 15 minutes): thousands of generated specs and fault
+# schedules, 20k concurrent gRPC calls, SIGTERM while busy. Sizes: SOAK_SCHEDULES,
+# SOAK_SECRET_SCHEDULES, SOAK_CALLS, SOAK_MALFORMED, SOAK_SIGTERMS.
+soak: $(STAMP)
+	SOAK=1 HYPOTHESIS_PROFILE=soak timeout 1500 $(BIN)/python -m pytest tests/test_property.py tests/test_iam_lint.py tests/soak
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
