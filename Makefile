@@ -19,7 +19,7 @@ demo: $(STAMP)
 		--required examples/selfhosted-full/required
 
 lint: $(STAMP)
-	$(BIN)/ruff check function tests scripts
+	$(BIN)/ruff check function tests scripts benchmarks
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -28,6 +28,11 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
 test: lint types pytest
+
+# Latency, throughput, RSS and cold start against a no-op and an echo function in the
+# same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
 
 # The long proof of issue 6 (about 15 minutes): thousands of generated specs and fault
 # schedules, 20k concurrent gRPC calls, SIGTERM while busy. Sizes: SOAK_SCHEDULES,

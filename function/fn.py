@@ -24,6 +24,7 @@ from function.graph import Ctx, Observed
 from function.names import Names
 from function.plan import Plan, build_plan, check_values
 from function.spec import (
+    CROSSPLANE_SPEC_FIELDS,
     ClusterPluginSpec,
     InvalidInputError,
     IRSAMode,
@@ -51,18 +52,64 @@ class Parsed:
     step: StepInput
 
 
+def _spec_key(spec: struct_pb2.Struct) -> bytes:
+    """The spec without the fields Crossplane owns, serialized deterministically.
+
+    ``parse_spec`` ignores those fields, and a Crossplane v2 XR carries every
+    composed resource's reference in ``spec.crossplane.resourceRefs``: keeping
+    them out of the key saves converting them on a miss (most of a miss's cost,
+    issue 5) and keeps the key stable while resources come and go.
+    """
+    fields = spec.fields
+    if not any(k in CROSSPLANE_SPEC_FIELDS for k in fields):
+        return spec.SerializeToString(deterministic=True)
+    ours = struct_pb2.Struct()
+    for k, v in fields.items():
+        if k not in CROSSPLANE_SPEC_FIELDS:
+            ours.fields[k].CopyFrom(v)
+    return ours.SerializeToString(deterministic=True)
+
+
+def _to_dict(serialized: bytes) -> dict[str, Any]:
+    s = struct_pb2.Struct()
+    s.ParseFromString(serialized)
+    return resource.struct_to_dict(s)
+
+
+# Validating is the most expensive part of a small request, and neither changes
+# often: cached by serialized bytes. The step input is the Composition's, shared
+# by every XR, so it is cached apart from the per-XR spec.
 @functools.lru_cache(maxsize=4096)
-def _parse(spec_bytes: bytes, input_bytes: bytes) -> Parsed:
-    # Keyed by the serialized Structs: the spec and input rarely change between
-    # calls, and validating them is the most expensive part of a small request.
-    spec_struct, input_struct = struct_pb2.Struct(), struct_pb2.Struct()
-    spec_struct.ParseFromString(spec_bytes)
-    input_struct.ParseFromString(input_bytes)
-    spec = parse_spec(resource.struct_to_dict(spec_struct))
-    step = parse_input(resource.struct_to_dict(input_struct))
-    check_values(spec)
-    _check_external(spec)
-    return Parsed(spec, step)
+def _parse_spec(spec_key: bytes) -> ClusterPluginSpec:
+    return parse_spec(_to_dict(spec_key))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_input(input_bytes: bytes) -> StepInput:
+    return parse_input(_to_dict(input_bytes))
+
+
+def _parse(spec: struct_pb2.Struct, step_input: struct_pb2.Struct) -> Parsed:
+    """The validated spec and step input, or InvalidInputError naming the first problem."""
+    try:
+        parsed_spec = _parse_spec(_spec_key(spec))
+    except InvalidInputError:
+        # Report exactly what validating the whole spec reports (field order decides
+        # which of several problems comes first).
+        parse_spec(_to_dict(spec.SerializeToString(deterministic=True)))
+        raise
+    step = _parse_input(step_input.SerializeToString(deterministic=True))
+    check_values(parsed_spec)
+    _check_external(parsed_spec)
+    return Parsed(parsed_spec, step)
+
+
+def _clear_parse_caches() -> None:
+    _parse_spec.cache_clear()
+    _parse_input.cache_clear()
+
+
+_parse.cache_clear = _clear_parse_caches  # type: ignore[attr-defined]
 
 
 def _check_external(spec: ClusterPluginSpec) -> None:
@@ -148,13 +195,13 @@ def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: A
         r = rsp.desired.resources[d.name]
         r.resource.Clear()
         if d.body is not None:
-            r.resource.update(d.body)
+            structs.update(r.resource, d.body)
         elif d.carried is not None:
             r.resource.CopyFrom(_carried_struct(d.carried))
         r.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
 
     composite = rsp.desired.composite
-    composite.resource.fields["status"].struct_value.update(plan.status)
+    structs.update(composite.resource.fields["status"].struct_value, plan.status)
     if plan.held_back:
         composite.ready = fnv1.READY_FALSE
 
@@ -200,10 +247,7 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     )
     spec_struct = structs.struct_at(xr, "spec") or struct_pb2.Struct()
     try:
-        parsed = _parse(
-            spec_struct.SerializeToString(deterministic=True),
-            req.input.SerializeToString(deterministic=True),
-        )
+        parsed = _parse(spec_struct, req.input)
         namespace, namespaced = _namespace(xr, parsed.spec)
     except InvalidInputError as err:
         if log is not None:

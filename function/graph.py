@@ -73,22 +73,35 @@ class Plugin:
     role_node: str | None = None
 
 
+_UNSET: Any = object()
+
+
 class Observed:
-    """Read-only view of observed composed resources, straight from the protobuf."""
+    """Read-only view of observed composed resources, straight from the protobuf.
+
+    Lookups are memoized for the call: a node's readiness, ARN and reference are
+    read by gates, builders, Usages and the status alike (issue 5).
+    """
 
     def __init__(self, resources: Mapping[str, fnv1.Resource]) -> None:
         self._resources = resources
+        self._objs: dict[str, struct_pb2.Struct | None] = {}
         self._ready: dict[str, bool] = {}
+        self._arns: dict[str, str | None] = {}
+        self._refs: dict[str, tuple[str, str, str] | None] = {}
 
     def get(self, name: str) -> struct_pb2.Struct | None:
         """The observed object under composition-resource-name ``name``."""
-        if name not in self._resources:
-            return None
-        return self._resources[name].resource
+        obj = self._objs.get(name, _UNSET)
+        if obj is _UNSET:
+            resources = self._resources
+            obj = resources[name].resource if name in resources else None
+            self._objs[name] = obj
+        return obj
 
     def exists(self, name: str) -> bool:
         """Whether ``name`` is observed."""
-        return name in self._resources
+        return self.get(name) is not None
 
     def names(self) -> list[str]:
         """Every observed composition-resource-name."""
@@ -98,32 +111,61 @@ class Observed:
         """Whether ``name`` is observed and ready under ``readiness``."""
         if readiness is Readiness.ALWAYS:
             return True
-        if name not in self._resources:
-            return False
         if readiness is Readiness.EXISTS:
-            return True
+            return self.get(name) is not None
         cached = self._ready.get(name)
         if cached is None:
-            cached = structs.condition_status(self._resources[name].resource, "Ready") == "True"
+            obj = self.get(name)
+            cached = obj is not None and _ready_condition_true(obj)
             self._ready[name] = cached
         return cached
 
     def arn(self, name: str) -> str | None:
         """``status.atProvider.arn`` of an observed AWS resource."""
-        obj = self.get(name)
-        return None if obj is None else structs.str_at(obj, "status", "atProvider", "arn")
+        arn = self._arns.get(name, _UNSET)
+        if arn is _UNSET:
+            obj = self.get(name)
+            arn = None if obj is None else structs.str_at(obj, "status", "atProvider", "arn")
+            self._arns[name] = arn
+        return arn
 
     def ref(self, name: str) -> tuple[str, str, str] | None:
         """(apiVersion, kind, metadata.name) of an observed resource."""
+        ref = self._refs.get(name, _UNSET)
+        if ref is _UNSET:
+            ref = self._ref(name)
+            self._refs[name] = ref
+        return ref
+
+    def _ref(self, name: str) -> tuple[str, str, str] | None:
         obj = self.get(name)
         if obj is None:
             return None
-        api = structs.str_at(obj, "apiVersion")
-        kind = structs.str_at(obj, "kind")
+        fields = obj.fields
+        # string_value reads "" unless the Value holds a string: as structs.str_at.
+        api = fields["apiVersion"].string_value if "apiVersion" in fields else ""
+        kind = fields["kind"].string_value if "kind" in fields else ""
         meta_name = structs.str_at(obj, "metadata", "name")
         if not (api and kind and meta_name):
             return None
         return api, kind, meta_name
+
+
+def _ready_condition_true(obj: struct_pb2.Struct) -> bool:
+    """``structs.condition_status(obj, "Ready") == "True"``, unrolled: read for every node."""
+    # Every map is checked with ``in`` first (indexing would insert); a Value of
+    # another kind reads as an empty Struct or list.
+    fields = obj.fields
+    if "status" not in fields:
+        return False
+    fields = fields["status"].struct_value.fields
+    if "conditions" not in fields:
+        return False
+    for item in fields["conditions"].list_value.values:
+        cond = item.struct_value.fields
+        if "type" in cond and cond["type"].string_value == "Ready":
+            return "status" in cond and cond["status"].string_value == "True"
+    return False
 
 
 @dataclass

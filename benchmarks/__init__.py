@@ -1,0 +1,1 @@
+"""Benchmarks of function-cluster-plugin (issue 5): ``python -m benchmarks``."""
