@@ -249,13 +249,16 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     try:
         parsed = _parse(spec_struct, req.input)
         namespace, namespaced = _namespace(xr, parsed.spec)
+        spec, step = parsed.spec, parsed.step
+        names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
+        problem = names.bucket_override_problem()
+        if problem:
+            raise InvalidInputError("spec.irsa.bucketName", problem)
     except InvalidInputError as err:
         if log is not None:
             log.info("invalid input", field=err.field, problem=err.message)
         return _fatal(rsp, f"{err.field}: {err.message}", target)
 
-    spec, step = parsed.spec, parsed.step
-    names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
     want_sa = spec.irsa.mode is IRSAMode.SELF_HOSTED and spec.wants_aws
     _write_requirements(
         rsp,

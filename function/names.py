@@ -8,6 +8,7 @@ name, so two different inputs never share a truncated name.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -68,18 +69,51 @@ class Names:
     cluster: str
     bucket_override: str = ""
 
-    @property
-    def _key(self) -> str:
-        # namespace and cluster joined by '-' would be ambiguous (a-b/c vs a/b-c):
-        # the hash of the unambiguous pair keeps derived names distinct.
+    @functools.cached_property
+    def binding(self) -> str:
+        """The hash of namespace/cluster that every derived name ends with.
+
+        namespace and cluster joined by '-' would be ambiguous (a-b/c vs a/b-c):
+        the hash of the unambiguous pair keeps derived names distinct.
+        """
         return short_hash(f"{self.namespace}/{self.cluster}")
+
+    @functools.cached_property
+    def override_suffix(self) -> str:
+        """The suffix a ``spec.irsa.bucketName`` override must end with.
+
+        64 bits of the namespace/cluster hash: a tenant picks its cluster names
+        freely, so a short binding could be searched for offline until it matched
+        another tenant's (24 bits is ~16 million tries); 64 bits cannot.
+        """
+        return "-" + short_hash(f"{self.namespace}/{self.cluster}", 16)
+
+    def bucket_override_problem(self) -> str | None:
+        """Why ``bucket_override`` may not be used, or None.
+
+        Issuer bucket names are predictable (``issuer`` prints them). A bucket named
+        freely could be another tenant's issuer: this XR would then publish its own
+        JWKS there and take over every role that trusts that issuer. An override
+        must therefore end with this XR's ``override_suffix``.
+        """
+        suffix = self.override_suffix
+        if self.bucket_override and not self.bucket_override.endswith(suffix):
+            example = bounded(f"{self.prefix}my-issuer{suffix}", BUCKET_MAX)
+            return (
+                f"{self.bucket_override!r} must end with {suffix!r}, which binds the bucket to "
+                f"{self.namespace}/{self.cluster} so no other ClusterPlugin can publish into it "
+                f"(e.g. {example!r})"
+            )
+        return None
 
     @property
     def bucket(self) -> str:
         """The S3 bucket holding the OIDC discovery documents."""
         if self.bucket_override:
             return self.bucket_override
-        return bounded(f"{self.prefix}irsa-{self.namespace}-{self.cluster}-{self._key}", BUCKET_MAX)
+        return bounded(
+            f"{self.prefix}irsa-{self.namespace}-{self.cluster}-{self.binding}", BUCKET_MAX
+        )
 
     def issuer_url(self, region: str) -> str:
         """The service-account issuer URL: the bucket's regional virtual-hosted endpoint."""
@@ -88,20 +122,20 @@ class Names:
     def role(self, addon: str) -> str:
         """The IAM role name of ``addon``."""
         return bounded(
-            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_ROLE_MAX
+            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self.binding}", IAM_ROLE_MAX
         )
 
     def policy(self, addon: str) -> str:
         """The IAM policy name of ``addon`` (customer-managed policies)."""
         return bounded(
-            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self._key}", IAM_POLICY_MAX
+            f"{self.prefix}{self.namespace}-{self.cluster}-{addon}-{self.binding}", IAM_POLICY_MAX
         )
 
     def helm_provider_config(self, *, namespaced: bool) -> str:
         """The helm ProviderConfig name: per namespace when namespaced, cluster-wide otherwise."""
         if namespaced:
             return bounded(f"{self.cluster}-helm", K8S_NAME_MAX)
-        return bounded(f"{self.namespace}-{self.cluster}-helm-{self._key}", K8S_NAME_MAX)
+        return bounded(f"{self.namespace}-{self.cluster}-helm-{self.binding}", K8S_NAME_MAX)
 
     @property
     def kubeconfig_secret(self) -> str:

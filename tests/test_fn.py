@@ -410,3 +410,24 @@ def test_ttl_comes_from_the_input() -> None:
     got = run(request(xr, step_input={"ttl": {"waiting": "15s", "ready": "1h"}}))
     assert got["meta"]["ttl"] == "15s"
     assert duration_pb2.Duration(seconds=15).ToJsonString() == "15s"
+
+
+def test_bucket_override_must_carry_the_xrs_binding() -> None:
+    """A freely named bucket could be another tenant's issuer (SECURITY.md): refused."""
+    from function.names import Names
+
+    xr, required = example("selfhosted-full")
+    xr = copy.deepcopy(xr)
+    victim = Names("", "team-b", "demo").bucket
+    # The attacker's own 6-hex binding is not enough: it could be searched for.
+    for name in (victim, "my-bucket", f"x{Names('', 'team-a', 'demo').bucket[-7:]}"):
+        xr["spec"]["irsa"] = {"bucketName": name}
+        got = run(request(xr))
+        assert got["results"][0]["message"].startswith(f"spec.irsa.bucketName: {name!r} must end with")
+    own = "acme-issuer" + Names("", "team-a", "demo").override_suffix
+    xr["spec"]["irsa"] = {"bucketName": own}
+    got = run(request(xr, required={"infrastructure": [find(required, "AWSCluster")]}))
+    assert "results" not in got or all(r["severity"] != "SEVERITY_FATAL" for r in got["results"])
+    assert got["desired"]["resources"]["irsa-bucket"]["resource"]["metadata"]["annotations"][
+        "crossplane.io/external-name"
+    ] == own

@@ -102,6 +102,12 @@ def cases(draw: st.DrawFn, *, long_names: bool = False) -> Case:
         # 1.x lists by label and kind: it must be told the control plane is EKS.
         step_input.setdefault("clusterAPI", {})["legacyControlPlaneKind"] = "AWSManagedControlPlane"
     capabilities = not crossplane_v1 and draw(st.booleans())
+    irsa = spec.get("irsa") or {}
+    if irsa.get("bucketName"):
+        # A valid override carries this XR's binding suffix (SECURITY.md): keep the
+        # drawn name as the free part and bind it, within S3's 63 characters.
+        suffix = Names("", namespace, cluster).override_suffix
+        irsa["bucketName"] = irsa["bucketName"][: 63 - len(suffix)].rstrip("-") + suffix
     return Case(xr_kind, namespace, cluster, flavour, spec, step_input, required, crossplane_v1, capabilities)
 
 
