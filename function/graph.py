@@ -278,8 +278,14 @@ def control_plane_available(ctx: Ctx) -> Wait | None:
 def _control_plane_wait(ctx: Ctx, state: str) -> Wait:
     ns, name = ctx.facts.namespace, ctx.spec.cluster_name
     if not ctx.facts.cluster_found and not ctx.facts.control_plane_found:
+        kind = ctx.step.cluster_api.legacy_control_plane_kind
+        # Crossplane 1.x never reads the Cluster: it lists the control plane by
+        # label, as the kind the step input names (an EKS cluster needs a change).
         return Wait(
-            "Cluster", f"Cluster API Cluster {ns}/{name} has not been read yet (does it exist?)"
+            "Cluster",
+            f"Cluster API Cluster {ns}/{name} has not been read yet (does it exist? On "
+            f"Crossplane 1.x the control plane is listed as input.clusterAPI."
+            f"legacyControlPlaneKind={kind}; use AWSManagedControlPlane for EKS)",
         )
     if not ctx.facts.control_plane_found:
         return Wait(

@@ -26,18 +26,27 @@ def _uint(n: int) -> str:
     return _b64url(n.to_bytes((n.bit_length() + 7) // 8 or 1, "big"))
 
 
-def discovery_document(issuer_url: str) -> str:
-    """The ``.well-known/openid-configuration`` document, as compact JSON."""
+def discovery_document(issuer_url: str, algorithms: tuple[str, ...] = ("RS256",)) -> str:
+    """The ``.well-known/openid-configuration`` document, as compact JSON.
+
+    ``algorithms`` are those of the keys the JWKS publishes, nothing more.
+    """
     doc = {
         "issuer": issuer_url,
         "jwks_uri": f"{issuer_url}/keys.json",
         "authorization_endpoint": "urn:kubernetes:programmatic_authorization",
         "response_types_supported": ["id_token"],
         "subject_types_supported": ["public"],
-        "id_token_signing_alg_values_supported": ["RS256", "ES256"],
+        "id_token_signing_alg_values_supported": list(algorithms),
         "claims_supported": ["sub", "iss"],
     }
     return json.dumps(doc, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=256)
+def jwks_algorithms(public_pem: bytes) -> tuple[str, ...]:
+    """The signing algorithms of the keys in ``jwks_document(public_pem)``."""
+    return tuple(k["alg"] for k in json.loads(jwks_document(public_pem))["keys"])
 
 
 @functools.lru_cache(maxsize=256)

@@ -50,6 +50,16 @@ USAGES: tuple[tuple[str, str, str], ...] = (
     ("ebs-release", "cni-release", "pods of the EBS CSI driver need the CNI until they are gone"),
     ("efs-release", "cni-release", "pods of the EFS CSI driver need the CNI until they are gone"),
     ("lbc-release", "cni-release", "the load balancer controller needs the CNI until it is gone"),
+    (
+        "cert-manager-release",
+        "cni-release",
+        "pods of cert-manager need the CNI until they are gone",
+    ),
+    (
+        "pod-identity-webhook-release",
+        "cni-release",
+        "pods of the pod identity webhook need the CNI until they are gone",
+    ),
     ("cni-release", "vpc-cni-role", "aws-node uses this role until it is uninstalled"),
     ("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),
     (

@@ -20,7 +20,7 @@ from function.graph import (
     cni_ready,
     webhook_installed,
 )
-from function.oidc import KeyProblemError, discovery_document, jwks_document
+from function.oidc import KeyProblemError, discovery_document, jwks_algorithms, jwks_document
 from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE, bucket_policy
 from function.spec import CertManagerMode, IRSAMode
 
@@ -111,7 +111,12 @@ def _object(ctx: Ctx, key: str, content: str) -> dict[str, Any]:
 
 def discovery(ctx: Ctx) -> dict[str, Any]:
     """The OpenID discovery document."""
-    return _object(ctx, DISCOVERY_KEY, discovery_document(ctx.issuer_url()))
+    try:
+        algorithms = jwks_algorithms(_public_pem(ctx))
+    except KeyProblemError as err:
+        secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
+        raise MissingFactError(Wait(secret, f"{secret}: {err}", blocked=True)) from err
+    return _object(ctx, DISCOVERY_KEY, discovery_document(ctx.issuer_url(), algorithms))
 
 
 def jwks(ctx: Ctx) -> dict[str, Any]:
