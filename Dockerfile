@@ -47,11 +47,13 @@ RUN python3 -m venv /venv/fn
 # - --only-binary=:all: makes a missing wheel fail the build loudly instead of
 #   trying to compile with a compiler that is deliberately not installed.
 # - --no-compile: no .pyc in the image (see the clean-up step below).
+# - -c constraints.txt: the exact versions CI tested (every runtime dependency
+#   has a cp313 / abi3 / pure wheel at those versions).
 # - The pip cache mount keeps downloads between builds without adding a layer.
 RUN --mount=type=bind,target=/src,rw \
     --mount=type=cache,target=/root/.cache/pip \
     /venv/fn/bin/pip wheel --no-deps --wheel-dir /dist /src \
-    && /venv/fn/bin/pip install --no-compile --only-binary=:all: /dist/*.whl
+    && /venv/fn/bin/pip install --no-compile --only-binary=:all: -c /src/constraints.txt /dist/*.whl
 
 # The runtime needs neither pip nor bytecode caches. ensurepip in Python 3.12+
 # no longer installs setuptools, so pip is the only installer to remove (the

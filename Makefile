@@ -8,10 +8,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint types pytest bench soak clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package for reproducible runs (regenerate it when
+# pyproject.toml's dependencies change; see its header).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
