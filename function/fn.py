@@ -138,8 +138,13 @@ def _check_external(spec: ClusterPluginSpec) -> None:
         )
 
 
-def _namespace(xr: struct_pb2.Struct, spec: ClusterPluginSpec) -> tuple[str, bool]:
-    """(the CAPI cluster's namespace, whether the XR is namespaced)."""
+def cluster_namespace(xr: struct_pb2.Struct, spec: ClusterPluginSpec) -> tuple[str, bool]:
+    """(the CAPI cluster's namespace, whether the XR is namespaced); InvalidInputError if unusable.
+
+    The one rule every tool shares (run, ``issuer``, ``aws preflight``): the XR's own
+    namespace, else its claim's, else ``spec.clusterNamespace``; a claim or a namespaced XR
+    may not name another namespace.
+    """
     xr_ns = structs.str_at(xr, "metadata", "namespace")
     if xr_ns:
         if spec.cluster_namespace and spec.cluster_namespace != xr_ns:
@@ -248,7 +253,7 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     spec_struct = structs.struct_at(xr, "spec") or struct_pb2.Struct()
     try:
         parsed = _parse(spec_struct, req.input)
-        namespace, namespaced = _namespace(xr, parsed.spec)
+        namespace, namespaced = cluster_namespace(xr, parsed.spec)
         spec, step = parsed.spec, parsed.step
         names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
         problem = names.bucket_override_problem()

@@ -191,7 +191,7 @@ def compute(
         step = parse_input(step_input)
         # The same namespace rules as the function: metadata.namespace, the claim's
         # namespace label, or spec.clusterNamespace.
-        namespace, _ = fn._namespace(resource.dict_to_struct(xr), spec)
+        namespace, _ = fn.cluster_namespace(resource.dict_to_struct(xr), spec)
     except InvalidInputError as err:
         raise IssuerError(f"{err.field}: {err.message}") from None
     mode = spec.irsa.mode

@@ -569,7 +569,7 @@ def test_cli_rejects_unusable_input(aws_env: World, tmp_path: Path) -> None:
         aws, ["preflight", str(bad), "--endpoint-url", aws_env.server.endpoint]
     )
     assert result.exit_code == 2
-    assert "cannot tell the cluster's namespace" in result.output
+    assert "spec.clusterNamespace: is required" in result.output
 
 
 def test_namespace_and_region_sources() -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from crossplane.function import resource
 
+from function.fn import cluster_namespace
 from function.names import Names, Partition, partition_of
 from function.spec import ClusterPluginSpec, InvalidInputError, IRSAMode, parse_input, parse_spec
 
-CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
 CLUSTER_TAG = "clusterplugin.dev/cluster"
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 EKS_KINDS = frozenset({"AWSManagedControlPlane", "AWSManagedCluster"})
@@ -69,13 +70,9 @@ def _str(obj: Any, *path: str) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def xr_namespace(xr: dict[str, Any]) -> str | None:
-    """The cluster's namespace: the XR's own, spec.clusterNamespace, or the claim's."""
-    return (
-        _str(xr, "metadata", "namespace")
-        or _str(xr, "spec", "clusterNamespace")
-        or _str(xr, "metadata", "labels", CLAIM_NAMESPACE_LABEL)
-    )
+def xr_namespace(xr: dict[str, Any], spec: ClusterPluginSpec) -> str:
+    """The cluster's namespace, by the function's own rule (``fn.cluster_namespace``)."""
+    return cluster_namespace(resource.dict_to_struct(xr), spec)[0]
 
 
 def find(
@@ -208,15 +205,9 @@ def build_target(
     try:
         spec = parse_spec(_get(xr, "spec") or {})
         step = parse_input(step_input)
+        namespace = xr_namespace(xr, spec)
     except InvalidInputError as err:
         raise InputError(str(err)) from err
-    namespace = xr_namespace(xr)
-    if not namespace:
-        msg = (
-            "cannot tell the cluster's namespace: set metadata.namespace (ClusterPlugin), "
-            f"spec.clusterNamespace or the {CLAIM_NAMESPACE_LABEL} label (legacy XR)"
-        )
-        raise InputError(msg)
     docs = required or []
     infra = find(docs, "AWSCluster", namespace, spec.cluster_name) or find(
         docs, "AWSCluster", namespace
