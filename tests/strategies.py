@@ -572,12 +572,9 @@ class Mutation:
         """Apply to ``objs`` in place; describe what was done."""
         obj = objs[self.obj_index % len(objs)]
         if self.op == "condition":
-            conds = [
-                c
-                for p in (("status", "conditions"), ("status", "v1beta2", "conditions"))
-                for c in _get(obj, p, [])
-                if isinstance(c, dict)
-            ]
+            # An earlier mutation may have replaced a list with null or a scalar.
+            lists = [_get(obj, p, []) for p in (("status", "conditions"), ("status", "v1beta2", "conditions"))]
+            conds = [c for lst in lists if isinstance(lst, list) for c in lst if isinstance(c, dict)]
             if not conds:
                 return "no conditions"
             c = conds[self.path_index % len(conds)]
