@@ -18,6 +18,7 @@ import base64
 import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -75,9 +76,11 @@ class SecurityGroup:
     rules: tuple[IngressRule, ...] = ()
 
 
-@dataclass(frozen=True)
-class IngressRule:
-    """One ingress rule from ``status.networkStatus.securityGroups.<role>.ingressRule``."""
+class IngressRule(NamedTuple):
+    """One ingress rule from ``status.networkStatus.securityGroups.<role>.ingressRule``.
+
+    A NamedTuple: read for every rule of every group on every call (issue 5).
+    """
 
     protocol: str
     from_port: int
@@ -273,6 +276,34 @@ def _int(v: struct_pb2.Value | None, default: int) -> int:
     return int(v.number_value)
 
 
+_NONE: frozenset[str] = frozenset()
+
+
+def _strings(v: struct_pb2.Value) -> frozenset[str]:
+    # A Value of another kind reads as an empty list.
+    return frozenset(i.string_value for i in v.list_value.values if i.HasField("string_value"))
+
+
+def _ingress_rule(r: struct_pb2.Struct) -> IngressRule:
+    # One pass over the rule's keys instead of a lookup per field (issue 5).
+    protocol, from_port, to_port = "", -1, -1
+    ids = roles = cidrs = _NONE
+    for key, v in r.fields.items():
+        if key == "protocol":
+            protocol = v.string_value
+        elif key == "fromPort":
+            from_port = _int(v, -1)
+        elif key == "toPort":
+            to_port = _int(v, -1)
+        elif key == "sourceSecurityGroupIds":
+            ids = _strings(v)
+        elif key == "sourceSecurityGroupRoles":
+            roles = _strings(v)
+        elif key == "cidrBlocks":
+            cidrs = _strings(v)
+    return IngressRule(protocol, from_port, to_port, ids, roles, cidrs)
+
+
 def _security_groups(obj: struct_pb2.Struct) -> dict[str, SecurityGroup]:
     groups: dict[str, SecurityGroup] = {}
     sgs = structs.struct_at(obj, "status", "networkStatus", "securityGroups")
@@ -285,17 +316,7 @@ def _security_groups(obj: struct_pb2.Struct) -> dict[str, SecurityGroup]:
         sg_id = structs.str_at(sg, "id")
         if not sg_id:
             continue
-        rules = tuple(
-            IngressRule(
-                protocol=structs.str_at(r, "protocol") or "",
-                from_port=_int(structs.value_at(r, "fromPort"), -1),
-                to_port=_int(structs.value_at(r, "toPort"), -1),
-                source_ids=frozenset(structs.strings_at(r, "sourceSecurityGroupIds")),
-                source_roles=frozenset(structs.strings_at(r, "sourceSecurityGroupRoles")),
-                cidrs=frozenset(structs.strings_at(r, "cidrBlocks")),
-            )
-            for r in structs.structs_at(sg, "ingressRule")
-        )
+        rules = tuple(_ingress_rule(r) for r in structs.structs_at(sg, "ingressRule"))
         groups[role] = SecurityGroup(sg_id, rules)
     return groups
 

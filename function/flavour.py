@@ -10,8 +10,12 @@ A namespaced (Crossplane v2) XR may only compose namespaced kinds: the
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from google.protobuf import struct_pb2
 
 # kind -> (legacy apiVersion, namespaced apiVersion). Versions are each CRD's
 # storage version in provider-upjet-aws v2.6.0 / provider-helm v1.4.0 / Crossplane v2.3.
@@ -32,6 +36,9 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 
 EXTERNAL_NAME = "crossplane.io/external-name"
+
+# Writes a body into an empty Struct: for bodies cheaper to put together in protobuf
+StructWriter = Callable[[struct_pb2.Struct], None]
 
 
 @dataclass(frozen=True)
@@ -96,24 +103,32 @@ class Flavour:
             "spec": {"credentials": {"source": "Secret", "secretRef": secret_ref}},
         }
 
-    def usage(
-        self, of: tuple[str, str, str], by: tuple[str, str, str], reason: str
-    ) -> dict[str, Any]:
-        """A Usage that blocks deletion of ``of`` while ``by`` exists.
+    def usage_end(self, t: tuple[str, str, str]) -> struct_pb2.Struct:
+        """A Usage's ``of`` or ``by``: ``t`` is (apiVersion, kind, metadata.name) of a resource."""
+        ref = struct_pb2.Struct()
+        fields = ref.fields
+        fields["apiVersion"].string_value = t[0]
+        fields["kind"].string_value = t[1]
+        fields["resourceRef"].struct_value.fields["name"].string_value = t[2]
+        return ref
 
-        ``of`` and ``by`` are (apiVersion, kind, metadata.name) of composed resources.
+    def usage(self, of: struct_pb2.Struct, by: struct_pb2.Struct, reason: str) -> StructWriter:
+        """A Usage that blocks deletion of ``of`` while ``by`` exists (ends from ``usage_end``).
+
+        Returned as a writer of ``{"apiVersion", "kind": "Usage", "spec": {"of", "by",
+        "replayDeletion": true, "reason"}}``: a call writes up to 21 Usages, and
+        parsing the fixed part and copying the two ends, both in C, costs half of
+        writing them leaf by leaf (issue 5).
         """
+        head = _usage_head(self.api_version("Usage"), reason)
 
-        def ref(t: tuple[str, str, str]) -> dict[str, Any]:
-            return {"apiVersion": t[0], "kind": t[1], "resourceRef": {"name": t[2]}}
+        def write(s: struct_pb2.Struct) -> None:
+            s.MergeFromString(head)
+            spec = s.fields["spec"].struct_value.fields
+            spec["of"].struct_value.CopyFrom(of)
+            spec["by"].struct_value.CopyFrom(by)
 
-        return {
-            "apiVersion": self.api_version("Usage"),
-            "kind": "Usage",
-            # replayDeletion re-sends the blocked delete as soon as the Usage goes,
-            # instead of waiting for the garbage collector's backoff.
-            "spec": {"of": ref(of), "by": ref(by), "replayDeletion": True, "reason": reason},
-        }
+        return write
 
     def _resource(
         self,
@@ -133,3 +148,18 @@ class Flavour:
             body["metadata"] = metadata
         body["spec"] = spec
         return body
+
+
+@functools.lru_cache(maxsize=128)  # two flavours times the Usage reasons of plan.USAGES
+def _usage_head(api_version: str, reason: str) -> bytes:
+    head = struct_pb2.Struct()
+    # replayDeletion re-sends the blocked delete as soon as the Usage goes,
+    # instead of waiting for the garbage collector's backoff.
+    head.update(
+        {
+            "apiVersion": api_version,
+            "kind": "Usage",
+            "spec": {"replayDeletion": True, "reason": reason},
+        }
+    )
+    return head.SerializeToString(deterministic=True)

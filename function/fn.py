@@ -199,8 +199,11 @@ def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: A
     for d in plan.resources:
         r = rsp.desired.resources[d.name]
         r.resource.Clear()
-        if d.body is not None:
-            structs.update(r.resource, d.body)
+        body = d.body
+        if isinstance(body, dict):
+            structs.fill(r.resource, body)
+        elif body is not None:
+            body(r.resource)  # a StructWriter
         elif d.carried is not None:
             r.resource.CopyFrom(_carried_struct(d.carried))
         r.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE

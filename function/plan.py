@@ -24,6 +24,7 @@ from google.protobuf import struct_pb2
 from function import structs
 from function.addons import calico, csi, irsa, lbc, security_groups, vpc_cni
 from function.addons.helm import check_owned
+from function.flavour import StructWriter
 from function.graph import Ctx, MissingFactError, Node, Plugin, Readiness, Wait
 from function.spec import ClusterPluginSpec, IRSAMode
 
@@ -89,7 +90,7 @@ class DesiredResource:
 
     name: str
     ready: bool
-    body: dict[str, Any] | None = None
+    body: dict[str, Any] | StructWriter | None = None
     carried: struct_pb2.Struct | None = None
 
 
@@ -188,13 +189,15 @@ class _Emitter:
         """Emit ``node`` if it may be; return why not otherwise."""
         ctx = self.ctx
         observed = ctx.observed.exists(node.name)
-        wait = _first_wait(ctx, node)
+        # Gates decide only the first emission: an observed node is emitted again
+        # whatever they say, so they are not even asked (issue 5: a quarter of a call).
+        wait = None if observed else _first_wait(ctx, node)
         body = None
-        if wait is None or observed:
+        if wait is None:
             try:
                 body = node.build(ctx)
             except MissingFactError as err:
-                wait = wait or err.wait
+                wait = err.wait
         if body is None and not observed:
             return wait or Wait("unknown")
         carried = ctx.observed.get(node.name) if body is None else None
@@ -234,15 +237,21 @@ def _plugin_status(
 
 
 def _usages(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
+    ends: dict[str, struct_pb2.Struct] = {}  # a node is the end of up to 5 Usages
+
+    def end(node: str, ref: tuple[str, str, str]) -> struct_pb2.Struct:
+        if node not in ends:
+            ends[node] = ctx.flavour.usage_end(ref)
+        return ends[node]
+
     for by, of, reason in USAGES:
         if by not in wanted or of not in wanted:
             continue
         name = f"usage-{by}-{of}"
         by_ref, of_ref = ctx.observed.ref(by), ctx.observed.ref(of)
         if by_ref is not None and of_ref is not None:
-            plan.resources.append(
-                DesiredResource(name, ready=True, body=ctx.flavour.usage(of_ref, by_ref, reason))
-            )
+            body = ctx.flavour.usage(end(of, of_ref), end(by, by_ref), reason)
+            plan.resources.append(DesiredResource(name, ready=True, body=body))
         elif ctx.observed.exists(name):
             # An end is briefly unobserved: keep the Usage exactly as it was.
             plan.resources.append(DesiredResource(name, ready=True, carried=ctx.observed.get(name)))

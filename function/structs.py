@@ -119,13 +119,24 @@ def to_python(v: struct_pb2.Value) -> Any:
 
 
 def update(s: struct_pb2.Struct, d: dict[str, Any]) -> None:
-    """``s.update(d)``, with the same result and the same errors, ~1.7 times as fast.
+    """``s.update(d)``: the same result and the same errors, ~1.7 times as fast.
 
-    ``Struct.update`` is pure Python and checks every value against six types
-    in turn (issue 5: it was a third of each call). Here the exact built-in
-    types of a JSON-like dict go first; anything else takes ``Struct.update``'s
-    own path. Keys are inserted in the same order, so even the (non-deterministic)
-    serialization is the one ``Struct.update`` gives.
+    ``Struct.update`` is pure Python and checks every value against six types in
+    turn (issue 5: it was a third of each call). Keys already in ``s`` are replaced
+    whole, as ``Struct.update`` replaces them; then ``fill`` writes ``d``.
+    """
+    fields = s.fields
+    for key in d:
+        if key in fields:
+            del fields[key]
+    fill(s, d)
+
+
+def fill(s: struct_pb2.Struct, d: dict[str, Any]) -> None:
+    """Write ``d`` into ``s``, which holds none of its keys; other types as ``Struct.update``.
+
+    The exact built-in types of a JSON-like dict go first; anything else takes
+    ``Struct.update``'s own path (and raises its errors).
     """
     fields = s.fields
     for key, value in d.items():
@@ -133,13 +144,16 @@ def update(s: struct_pb2.Struct, d: dict[str, Any]) -> None:
         if t is str:
             fields[key].string_value = value
         elif t is dict:
-            sub = fields[key].struct_value
-            sub.Clear()  # replaces, as Struct.update does; also marks the oneof set
-            update(sub, value)
+            if value:
+                fill(fields[key].struct_value, value)
+            else:
+                fields[key].struct_value.Clear()  # marks the empty map as set
         elif t is list:
             lst = fields[key].list_value
-            lst.Clear()
-            _extend(lst, value)
+            if value:
+                _extend(lst, value)
+            else:
+                lst.Clear()
         elif t is bool:
             fields[key].bool_value = value
         elif t is int or t is float:
@@ -156,7 +170,9 @@ def _extend(lst: struct_pb2.ListValue, items: list[Any]) -> None:
             values.add().string_value = value
         elif t is dict:
             sub = values.add().struct_value
-            sub.Clear()
-            update(sub, value)
+            if value:
+                fill(sub, value)
+            else:
+                sub.Clear()  # marks the empty map as set
         else:
             lst.append(value)
