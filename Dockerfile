@@ -11,7 +11,7 @@
 ARG DEBIAN_RELEASE=13
 
 # No --platform=$BUILDPLATFORM here (unlike the template): this stage installs
-# grpcio, pydantic-core and cryptography, which carry native code, so it must
+# grpcio and pydantic-core, which carry native code, so it must
 # run on the target architecture, or an arm64 image gets amd64 .so files.
 FROM debian:${DEBIAN_RELEASE}-slim AS build
 

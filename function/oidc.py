@@ -11,11 +11,11 @@ import base64
 import functools
 import hashlib
 import json
-from typing import Any
 
+from function import keys
+from function.keys import KeyProblemError
 
-class KeyProblemError(ValueError):
-    """The ``<cluster>-sa`` Secret holds no usable public key (waiting, not fatal)."""
+__all__ = ["KeyProblemError", "discovery_document", "jwks_algorithms", "jwks_document"]
 
 
 def _b64url(data: bytes) -> str:
@@ -57,50 +57,15 @@ def jwks_document(public_pem: bytes) -> str:
     computes it, so tokens' ``kid`` headers match. Cached by key: it changes only
     when the cluster's key pair does.
     """
-    # Imported here: cryptography is needed only once a key is seen, and the
-    # import costs start-up time every process pays otherwise.
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: PLC0415
-
-    key: Any
-    try:
-        if b"BEGIN CERTIFICATE" in public_pem:
-            key = x509.load_pem_x509_certificate(public_pem).public_key()
-        else:
-            key = serialization.load_pem_public_key(public_pem)
-    except (ValueError, TypeError) as err:
-        msg = "tls.crt is not a PEM public key or certificate"
-        raise KeyProblemError(msg) from err
-    der = key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    kid = _b64url(hashlib.sha256(der).digest())
-    if isinstance(key, rsa.RSAPublicKey):
-        if key.key_size < 2048:
-            msg = f"the RSA key has {key.key_size} bits; STS needs at least 2048"
+    key = keys.load_public_key(public_pem)
+    kid = _b64url(hashlib.sha256(key.spki_der()).digest())
+    if isinstance(key, keys.RSAKey):
+        if key.n.bit_length() < 2048:
+            msg = f"the RSA key has {key.n.bit_length()} bits; STS needs at least 2048"
             raise KeyProblemError(msg)
-        nums = key.public_numbers()
-        jwk = {
-            "use": "sig",
-            "kty": "RSA",
-            "kid": kid,
-            "alg": "RS256",
-            "n": _uint(nums.n),
-            "e": _uint(nums.e),
-        }
-    elif isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1":
-        point = key.public_numbers()
-        jwk = {
-            "use": "sig",
-            "kty": "EC",
-            "kid": kid,
-            "alg": "ES256",
-            "crv": "P-256",
-            "x": _b64url(point.x.to_bytes(32, "big")),
-            "y": _b64url(point.y.to_bytes(32, "big")),
-        }
+        jwk = {"use": "sig", "kty": "RSA", "kid": kid, "alg": "RS256"}
+        jwk |= {"n": _uint(key.n), "e": _uint(key.e)}
     else:
-        msg = "the key is neither RSA (2048+ bits) nor ECDSA P-256"
-        raise KeyProblemError(msg)
+        jwk = {"use": "sig", "kty": "EC", "kid": kid, "alg": "ES256", "crv": "P-256"}
+        jwk |= {"x": _b64url(key.x.to_bytes(32, "big")), "y": _b64url(key.y.to_bytes(32, "big"))}
     return json.dumps({"keys": [jwk]}, separators=(",", ":"))

@@ -408,7 +408,7 @@ def dockerfile_problems(
     problems = _build_stage_problems(build, final)
     problems += _final_stage_problems(final, stages, project.get("scripts", {}))
     problems += _python_problems(final, project)
-    # Native wheels (grpcio, pydantic-core, cryptography) must be installed on the
+    # Native wheels (grpcio, pydantic-core) must be installed on the
     # target architecture, so the stage that installs them cannot be pinned to the
     # build machine's platform.
     installer = _wheel_installing_stage(stages)
