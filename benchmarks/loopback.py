@@ -26,6 +26,14 @@ from benchmarks.inprocess import pct
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 BENCH_DIR = Path(__file__).resolve().parent
+AS_SHIPPED = BENCH_DIR / "as_shipped"
+
+
+def server_env() -> dict[str, str]:
+    """The environment of every server: packages the image does not install hidden."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(AS_SHIPPED), env.get("PYTHONPATH")) if p)
+    return env
 TICK = os.sysconf("SC_CLK_TCK")
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -141,7 +149,11 @@ class Server:
         log = self.log_path.open("ab")
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(),
         )
         log.close()
         self.listening_s = wait_listening(self.port, self.proc, timeout=timeout)
@@ -351,7 +363,11 @@ def cold_start(argv: list[str], request: bytes, log_path: Path) -> dict[str, flo
     try:
         t0 = time.perf_counter()
         server.proc = subprocess.Popen(
-            server.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            server.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(),
         )
         listening = wait_listening(server.port, server.proc, timeout=30)
         first_call(server, request)

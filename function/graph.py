@@ -142,10 +142,12 @@ class Observed:
         if obj is None:
             return None
         fields = obj.fields
-        # string_value reads "" unless the Value holds a string: as structs.str_at.
+        # string_value reads "" unless the Value holds a string: as structs.str_at,
+        # unrolled (read for every Usage end).
         api = fields["apiVersion"].string_value if "apiVersion" in fields else ""
         kind = fields["kind"].string_value if "kind" in fields else ""
-        meta_name = structs.str_at(obj, "metadata", "name")
+        meta = fields["metadata"].struct_value.fields if "metadata" in fields else None
+        meta_name = meta["name"].string_value if meta is not None and "name" in meta else ""
         if not (api and kind and meta_name):
             return None
         return api, kind, meta_name

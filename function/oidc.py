@@ -26,6 +26,7 @@ def _uint(n: int) -> str:
     return _b64url(n.to_bytes((n.bit_length() + 7) // 8 or 1, "big"))
 
 
+@functools.lru_cache(maxsize=256)  # per issuer: it never changes for an XR
 def discovery_document(issuer_url: str, algorithms: tuple[str, ...] = ("RS256",)) -> str:
     """The ``.well-known/openid-configuration`` document, as compact JSON.
 
