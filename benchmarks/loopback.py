@@ -34,6 +34,8 @@ def server_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(AS_SHIPPED), env.get("PYTHONPATH")) if p)
     return env
+
+
 TICK = os.sysconf("SC_CLK_TCK")
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
