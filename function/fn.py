@@ -196,9 +196,12 @@ def _carried_struct(observed: struct_pb2.Struct) -> struct_pb2.Struct:
 
 
 def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: Any) -> None:
+    desired = rsp.desired.resources
+    earlier = set(desired) if len(desired) else frozenset()  # from earlier pipeline steps
     for d in plan.resources:
-        r = rsp.desired.resources[d.name]
-        r.resource.Clear()
+        r = desired[d.name]
+        if d.name in earlier:
+            r.resource.Clear()  # replaced whole, as before
         body = d.body
         if isinstance(body, dict):
             structs.fill(r.resource, body)

@@ -190,7 +190,7 @@ class _Emitter:
         ctx = self.ctx
         observed = ctx.observed.exists(node.name)
         # Gates decide only the first emission: an observed node is emitted again
-        # whatever they say, so they are not even asked (issue 5: a quarter of a call).
+        # whatever they say, so they are not even asked (issue 5).
         wait = None if observed else _first_wait(ctx, node)
         body = None
         if wait is None:

@@ -12,7 +12,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import duration_pb2, json_format
 
 from function import fn
-from tests.scenarios import example, find
+from tests.scenarios import by_name, example, find
 
 logging.configure(logging.Level.DISABLED)
 
@@ -431,3 +431,26 @@ def test_bucket_override_must_carry_the_xrs_binding() -> None:
     assert got["desired"]["resources"]["irsa-bucket"]["resource"]["metadata"]["annotations"][
         "crossplane.io/external-name"
     ] == own
+
+
+def test_an_earlier_steps_resource_of_one_of_our_names_is_replaced_whole() -> None:
+    """Desired resources of earlier pipeline steps pass through; one named like ours is ours."""
+    world = by_name("selfhosted-full").world()
+    world.run(12)
+    req = world.request()
+    fn.run(req)  # the required-resources loop: fill what the function asks for
+    world._fill(req, fn.run(req))
+    alone = fn.run(req)
+    req.desired.resources["helm-provider-config"].resource.update(
+        {"kind": "ConfigMap", "data": {"stale": "yes"}}
+    )
+    req.desired.resources["from-an-earlier-step"].resource.update({"kind": "ConfigMap"})
+    got = fn.run(req)
+    assert got.desired.resources["from-an-earlier-step"].resource == resource.dict_to_struct(
+        {"kind": "ConfigMap"}
+    )
+    del got.desired.resources["from-an-earlier-step"]
+    assert "data" not in resource.struct_to_dict(
+        got.desired.resources["helm-provider-config"].resource
+    )
+    assert got.desired == alone.desired
