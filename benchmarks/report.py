@@ -35,8 +35,8 @@ def _fleet(results: dict[str, Any]) -> list[str]:
             "infrastructure). Server CPU per call of each, measured on loopback (insecure, "
             "concurrency 8), summed per reconcile; times 10,000 XRs per reconcile interval. "
             "'per-XR caches cold' adds what the function pays when its per-XR caches (spec, "
-            "JWKS, trust and bucket policies) miss, as they do once there are more XRs than "
-            "entries (in-process cold minus warm)."
+            "JWKS and discovery document, CAPA's security groups, trust and bucket policies) "
+            "miss, as they do once there are more XRs than entries (in-process cold minus warm)."
         ),
         "",
         _table(
@@ -233,7 +233,8 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
             (
                 "Through each servicer's `RunFunction` (logging configured as `serve` does). "
                 "`reconcile` = the calls of one reconcile together. `function_cold` clears the "
-                "function's per-XR caches (spec, JWKS, trust and bucket policies; not the step "
+                "function's per-XR caches (spec, JWKS and discovery document, CAPA's security "
+                "groups, trust and bucket policies; not the step "
                 "input's or the partition's, which every XR shares) before every sample."
             ),
             "",
