@@ -54,7 +54,20 @@ def runners() -> dict[str, Runner]:
 # Caches whose keys every XR of a Composition shares (the step input, the AWS
 # partition): warm in any fleet. Every other cache is keyed per XR (its spec, its
 # cluster's key, its roles) and is cleared for the cold variant.
-SHARED_CACHES = frozenset({"_parse_input", "lbc_policy", "_lbc_policy_aws"})
+SHARED_CACHES = frozenset(
+    {
+        "_parse_input",
+        "lbc_policy",
+        "_lbc_policy_aws",
+        # gate and node factories: their arguments are the code's own names
+        "after",
+        "role_ready",
+        "role_nodes",
+        "managed_policy",
+        "_release_gates",
+        "_needs",
+    }
+)
 
 
 def function_caches(*, per_xr_only: bool = False) -> list[Any]:

@@ -8,6 +8,7 @@ call, which are emitted.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -250,6 +251,9 @@ def _no_region(facts: ClusterFacts) -> Wait:
 # --- gates -------------------------------------------------------------------
 
 
+# Gate factories are cached: their arguments are the code's own node names, so
+# the gates are made once per process instead of once per call (issue 5).
+@functools.cache
 def after(*nodes: str) -> Gate:
     """Gate: every node in ``nodes`` is observed and ready."""
 
@@ -328,6 +332,7 @@ def webhook_ready(ctx: Ctx) -> Wait | None:
     return after("pod-identity-webhook-release")(ctx)
 
 
+@functools.cache
 def role_ready(role_node: str) -> Gate:
     """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled)."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import struct_pb2
 
@@ -84,9 +84,11 @@ USAGES: tuple[tuple[str, str, str], ...] = (
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
 
-@dataclass
-class DesiredResource:
-    """One composed resource to emit: a fresh body, or the observed spec carried over."""
+class DesiredResource(NamedTuple):
+    """One composed resource to emit: a fresh body, or the observed spec carried over.
+
+    A NamedTuple: up to ~45 are made per call (issue 5).
+    """
 
     name: str
     ready: bool

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import role_nodes
+from function.addons.iam import managed_policy, role_nodes
 from function.graph import (
     Ctx,
     Node,
@@ -15,7 +16,6 @@ from function.graph import (
     role_ready,
     webhook_ready,
 )
-from function.policies import managed_policy_arn
 from function.spec import IRSAMode
 
 NAMESPACE = "kube-system"
@@ -96,12 +96,13 @@ def _plugin(
             addon=name,
             namespace=NAMESPACE,
             service_account=sa,
-            policy_arn=lambda c: managed_policy_arn(name, c.partition),
+            policy_arn=managed_policy(name),
         )
     nodes.append(release_node)
     return Plugin(name, tuple(nodes), role_key=role_key, role_node=role)
 
 
+@functools.cache
 def _release_gates(role: str) -> tuple:
     return (control_plane_available, cni_ready, role_ready(role), webhook_ready)
 

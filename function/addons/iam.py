@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from function.graph import Ctx, Gate, Node, Wait, after
 from function.names import IAM_PATH
-from function.policies import trust_policy
+from function.policies import managed_policy_arn, trust_policy
 from function.spec import IRSAMode
 
 
@@ -26,6 +27,17 @@ def tags(ctx: Ctx, addon: str) -> dict[str, str]:
     }
 
 
+@functools.cache
+def managed_policy(addon: str) -> Callable[[Ctx], str]:
+    """``policy_arn`` for ``role_nodes``: the AWS managed policy of ``addon`` in the partition."""
+
+    def arn(ctx: Ctx) -> str:
+        return managed_policy_arn(addon, ctx.partition)
+
+    return arn
+
+
+@functools.cache  # arguments are the add-ons' constants: the nodes are made once
 def role_nodes(
     *,
     node: str,
@@ -34,7 +46,7 @@ def role_nodes(
     service_account: str,
     policy_arn: Callable[[Ctx], str],
     policy_gates: tuple[Gate, ...] = (),
-) -> list[Node]:
+) -> tuple[Node, Node]:
     """The role ``node`` and ``<node>-attachment`` for one add-on's service account."""
 
     def role(ctx: Ctx) -> dict[str, Any]:
@@ -59,7 +71,7 @@ def role_nodes(
             {"role": ctx.names.role(addon), "policyArn": policy_arn(ctx)},
         )
 
-    return [
+    return (
         Node(node, role, (oidc_ready,)),
         Node(f"{node}-attachment", attachment, (after(node), *policy_gates)),
-    ]
+    )

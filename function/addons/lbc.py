@@ -79,6 +79,10 @@ def lbc_release(ctx: Ctx) -> dict[str, Any]:
     )
 
 
+def _policy_arn(ctx: Ctx) -> str:
+    return ctx.arn_of(POLICY)
+
+
 def plugin(ctx: Ctx) -> Plugin | None:
     """The load balancer controller plugin, when wanted."""
     if ctx.spec.ingress.aws_load_balancer_controller is None:
@@ -91,7 +95,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
             addon=ADDON,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy_arn=lambda c: c.arn_of(POLICY),
+            policy_arn=_policy_arn,
             policy_gates=(after(POLICY),),
         )
     nodes.append(

@@ -10,6 +10,7 @@ exactly which ``cniIngressRules`` / ``additionalNodeIngressRules`` entries to ad
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -68,12 +69,22 @@ def _calico(plugin: str, enc: CalicoEncapsulation) -> list[PortNeed]:
     return needs
 
 
-def needs(spec: ClusterPluginSpec) -> list[PortNeed]:
+def needs(spec: ClusterPluginSpec) -> tuple[PortNeed, ...]:
     """Every port need of the wanted add-ons."""
+    calico = spec.networking.calico
+    return _needs(
+        calico.encapsulation if calico is not None else None,
+        vpc_cni=spec.networking.amazon_vpc is not None,
+        lbc=spec.ingress.aws_load_balancer_controller is not None,
+    )
+
+
+@functools.cache  # a handful of combinations, read three times a call (issue 5)
+def _needs(calico: CalicoEncapsulation | None, *, vpc_cni: bool, lbc: bool) -> tuple[PortNeed, ...]:
     out: list[PortNeed] = []
-    if spec.networking.calico is not None:
-        out += _calico("calico", spec.networking.calico.encapsulation)
-    if spec.networking.amazon_vpc is not None:
+    if calico is not None:
+        out += _calico("calico", calico)
+    if vpc_cni:
         # Pods get VPC addresses behind the node ENIs' groups: allow all traffic
         # between node and control-plane groups, as EKS's cluster group does.
         out.append(
@@ -89,7 +100,7 @@ def needs(spec: ClusterPluginSpec) -> list[PortNeed]:
                 "all traffic (vpc-cni)",
             )
         )
-    if spec.ingress.aws_load_balancer_controller is not None:
+    if lbc:
         out.append(
             PortNeed(
                 "lbc-webhook",
@@ -103,7 +114,7 @@ def needs(spec: ClusterPluginSpec) -> list[PortNeed]:
                 "aws-load-balancer-controller webhook",
             )
         )
-    return out
+    return tuple(out)
 
 
 def _rule_name(need: PortNeed, target: str, source: str) -> str:
@@ -196,7 +207,7 @@ class SecurityGroupReport:
 
 
 def _gaps(
-    ctx: Ctx, wanted: list[PortNeed], emitted: set[str]
+    ctx: Ctx, wanted: tuple[PortNeed, ...], emitted: set[str]
 ) -> tuple[list[PortNeed], list[str], set[str]]:
     """(needs CAPA's groups lack, composed rules not ready yet, roles with no known group)."""
     missing: list[PortNeed] = []
@@ -236,7 +247,9 @@ def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911
     missing, composing, unknown = _gaps(ctx, wanted, emitted)
     if missing:
         return SecurityGroupReport(
-            "False", "IngressRulesMissing", _fix_message(ctx, wanted, missing)
+            "False",
+            "IngressRulesMissing",
+            _fix_message(ctx.facts.namespace, ctx.spec.cluster_name, wanted, tuple(missing)),
         )
     if unknown:
         groups = " or ".join(sorted(unknown))
@@ -253,7 +266,11 @@ def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911
     return SecurityGroupReport("True", "Available", "every port the add-ons need is open")
 
 
-def _fix_message(ctx: Ctx, wanted: list[PortNeed], missing: list[PortNeed]) -> str:
+# The same message on every call until someone fixes the AWSCluster: kept per cluster.
+@functools.lru_cache(maxsize=256)
+def _fix_message(
+    namespace: str, cluster: str, wanted: tuple[PortNeed, ...], missing: tuple[PortNeed, ...]
+) -> str:
     purposes = ", ".join(sorted({n.purpose for n in missing}))
     parts = [f"CAPA-managed security groups lack ports for {purposes}."]
     cni = [n for n in wanted if n.capa_list == "cniIngressRules"]
@@ -261,7 +278,7 @@ def _fix_message(ctx: Ctx, wanted: list[PortNeed], missing: list[PortNeed]) -> s
         # Setting cniIngressRules replaces CAPA's default Calico rules, so the
         # list given is the whole set the CNI needs, not just what is missing.
         entries = json.dumps([n.capa_entry() for n in cni], separators=(", ", ": "))
-        where = f"AWSCluster {ctx.facts.namespace}/{ctx.spec.cluster_name}"
+        where = f"AWSCluster {namespace}/{cluster}"
         parts.append(f"Set {where} spec.network.cni.cniIngressRules to {entries}.")
     node = [n for n in missing if n.capa_list == "additionalNodeIngressRules"]
     if node:

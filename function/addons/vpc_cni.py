@@ -7,7 +7,7 @@ from typing import Any
 from function import structs
 from function.addons import security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import role_nodes
+from function.addons.iam import managed_policy, role_nodes
 from function.graph import (
     Ctx,
     Node,
@@ -16,7 +16,6 @@ from function.graph import (
     role_ready,
     webhook_installed,
 )
-from function.policies import managed_policy_arn
 from function.spec import IRSAMode
 
 PLUGIN = "vpc-cni"
@@ -75,7 +74,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
             addon=PLUGIN,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy_arn=lambda c: managed_policy_arn(PLUGIN, c.partition),
+            policy_arn=managed_policy(PLUGIN),
         )
     nodes.append(Node("cni-release", cni_release, (control_plane_initialized, role_ready(ROLE))))
     nodes += security_groups.nodes(ctx, PLUGIN)

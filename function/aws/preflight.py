@@ -830,7 +830,7 @@ def _json(v: Any) -> str:
     return json.dumps(v, separators=(", ", ": "))
 
 
-def _capa_fix(target: Target, wanted: list[PortNeed], need: PortNeed) -> str:
+def _capa_fix(target: Target, wanted: tuple[PortNeed, ...], need: PortNeed) -> str:
     where = f"AWSCluster {target.namespace}/{target.awscluster_name}"
     own = (
         "; or list your own groups in spec.network.securityGroupOverrides (the function then "
@@ -849,7 +849,7 @@ def _capa_fix(target: Target, wanted: list[PortNeed], need: PortNeed) -> str:
 @dataclass(frozen=True)
 class _SGContext:
     target: Target
-    wanted: list[PortNeed]
+    wanted: tuple[PortNeed, ...]
     groups: dict[str, str]
     rules: dict[str, list[dict[str, Any]]]
     after: bool
