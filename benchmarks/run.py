@@ -291,8 +291,8 @@ def run_loopback(
     The servers of one mode run side by side (an idle server costs nothing) and every
     measurement goes round by round, each round giving every server the same calls in
     turn: others' work on the machine then weighs on the function and its floors alike,
-    and the ratios are taken round by round. Then the soak: ``main_calls`` calls to the
-    function (insecure, concurrency 8) for RSS over time.
+    and the ratios are taken round by round. Then the soak: ``main_calls`` calls to a
+    fresh function server (insecure, concurrency 8) for RSS over time.
     """
     server_dir, client_dir = tls.generate(tmp / "tls") if "mtls" in modes else (None, None)
     out: dict[str, Any] = {}
@@ -365,19 +365,9 @@ def run_loopback(
                         node = node.setdefault(key, {})
                     node[where[-1]] = _combine(xs)
             if mode == "insecure" and "function" in servers and main_calls:
-                log(f"loopback function/{mode}: soak, concurrency 8, {main_calls} calls")
-                soak = loopback.load(
-                    servers["function"],
-                    wl.full.final.SerializeToString(),
-                    expected_len=_expected("function", wl.full.final),
-                    concurrency=8,
-                    calls=main_calls,
-                    warmup=0,
-                    max_seconds=max_seconds,
+                res["function"]["soak"] = _soak(
+                    servers["function"], wl, tmp=tmp, calls=main_calls, max_seconds=max_seconds
                 )
-                soak.pop("server_cpu_s", None)
-                soak.pop("client_cpu_s", None)
-                res["function"]["soak"] = soak
             for kind, server in servers.items():
                 mem = loopback.proc_memory_kib(server.pid)
                 res[kind]["rss_kib_end"] = mem["VmRSS"]
@@ -399,6 +389,41 @@ def run_loopback(
         for kind, figures in res.items():
             out[f"{kind}/{mode}"] = figures
     return out
+
+
+def _soak(
+    like: loopback.Server,
+    wl: workload.Workload,
+    *,
+    tmp: Path,
+    calls: int,
+    max_seconds: float,
+) -> dict[str, Any]:
+    """``calls`` calls at concurrency 8 to a fresh function server: RSS from its start.
+
+    Fresh, so growth is measured from a known start and not from what the heavier
+    loads before it (concurrency 64, 300-resource requests) left in the allocator.
+    """
+    server = loopback.Server("function-soak", like.argv, tmp / "function-soak.log")
+    log(f"loopback function/insecure: soak on a fresh server, concurrency 8, {calls} calls")
+    server.start()
+    try:
+        soak = loopback.load(
+            server,
+            wl.full.final.SerializeToString(),
+            expected_len=_expected("function", wl.full.final),
+            concurrency=8,
+            calls=calls,
+            warmup=0,
+            max_seconds=max_seconds,
+        )
+        soak["rss_kib_start"] = server.memory_at_start["VmRSS"]
+    finally:
+        soak_exit = server.stop()
+    soak["exit_code"] = soak_exit
+    soak.pop("server_cpu_s", None)
+    soak.pop("client_cpu_s", None)
+    return soak
 
 
 def _round_ratios(a: dict[str, Any], b: dict[str, Any], key: str) -> list[float]:
@@ -487,15 +512,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "target": "server RSS < 60 MiB, no growth over the main run",
                 "measured": (
-                    f"start {fn_ins['rss_kib_start'] / MIB:.1f} MiB; after {soak['calls']:,} "
-                    f"calls at c=8 {soak['rss_kib_end'] / MIB:.1f} MiB (peak so far {peak:.1f}"
-                    f" MiB, growth after the first 10% {growth:+.1f} MiB); peak over every "
-                    f"load incl. c=64 and 300-resource requests "
-                    f"{fn_ins['rss_kib_peak'] / MIB:.1f} MiB"
+                    f"fresh server: start {soak.get('rss_kib_start', 0) / MIB:.1f} MiB; after "
+                    f"{soak['calls']:,} calls at c=8 {soak['rss_kib_end'] / MIB:.1f} MiB, peak "
+                    f"{peak:.1f} MiB, growth after the first 10% {growth:+.1f} MiB. (The "
+                    f"server of the other loads, incl. c=64 and 300-resource requests: peak "
+                    f"{fn_ins['rss_kib_peak'] / MIB:.1f} MiB, end "
+                    f"{fn_ins['rss_kib_end'] / MIB:.1f} MiB)"
                     if growth is not None
                     else f"peak {peak:.1f} MiB"
                 ),
-                "met": soak["rss_kib_end"] / MIB < 60 and (growth is None or growth <= 1.0),
+                "met": peak < 60 and (growth is None or growth <= 1.0),
             }
         )
     cs = results.get("coldstart")
