@@ -145,19 +145,23 @@ class Server:
             return [*argv, "--insecure"]
         return [*argv, "--tls-server-certs-dir", str(self.tls_server_dir)]
 
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Exec the server on a free port (as shipped: see ``server_env``); do not wait."""
+        self.port = free_port()
+        with self.log_path.open("ab") as log:
+            self.started_at = time.perf_counter()
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=server_env(),
+            )
+        return self.proc
+
     def start(self, *, timeout: float = 30.0) -> None:
         """Start the server and wait until it accepts connections."""
-        self.port = free_port()
-        log = self.log_path.open("ab")
-        self.started_at = time.perf_counter()
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=server_env(),
-        )
-        log.close()
+        self.spawn()
         self.listening_s = wait_listening(self.port, self.proc, timeout=timeout)
         self.memory_at_start = proc_memory_kib(self.pid)
 
@@ -360,22 +364,13 @@ def first_call(server: Server, request: bytes, *, timeout: float = 30.0) -> byte
 def cold_start(argv: list[str], request: bytes, log_path: Path) -> dict[str, float]:
     """Seconds from exec until listening, and until the first RunFunction is answered."""
     server = Server("cold", argv, log_path)
-    server.port = free_port()
-    log = log_path.open("ab")
     try:
-        t0 = time.perf_counter()
-        server.proc = subprocess.Popen(
-            server.command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=server_env(),
-        )
-        listening = wait_listening(server.port, server.proc, timeout=30)
+        proc = server.spawn()
+        t0 = server.started_at
+        listening = wait_listening(server.port, proc, timeout=30)
         first_call(server, request)
         answered = time.perf_counter() - t0
         rss = proc_memory_kib(server.pid)["VmRSS"]
     finally:
-        log.close()
         server.stop()
     return {"listening_s": listening, "answered_s": answered, "rss_kib": rss}

@@ -197,7 +197,7 @@ def _carried_struct(observed: struct_pb2.Struct) -> struct_pb2.Struct:
 
 def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: Any) -> None:
     desired = rsp.desired.resources
-    earlier = set(desired) if len(desired) else frozenset()  # from earlier pipeline steps
+    earlier = set(desired)  # from earlier pipeline steps
     for d in plan.resources:
         r = desired[d.name]
         if d.name in earlier:
