@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from crossplane.function import logging, resource, response
@@ -246,8 +246,23 @@ def _write_requirements(rsp: fnv1.RunFunctionResponse, reqs: cluster.Requirement
         sel.write(rsp.requirements.extra_resources[name])
 
 
+class Answer(NamedTuple):
+    """One call's response, with what decided it (for metrics and logs, never sent)."""
+
+    response: fnv1.RunFunctionResponse
+    # None when the input was refused (FATAL) before planning.
+    plan: Plan | None = None
+    # The field a FATAL result names (InvalidInputError.field), else None.
+    invalid_field: str | None = None
+
+
 def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionResponse:
     """Answer one RunFunctionRequest."""
+    return answer(req, log).response
+
+
+def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
+    """Answer one RunFunctionRequest, keeping the plan behind the response."""
     rsp = response.to(req)
     xr = req.observed.composite.resource
     # Conditions and results also reach the claim of a legacy XR.
@@ -268,7 +283,7 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
     except InvalidInputError as err:
         if log is not None:
             log.info("invalid input", field=err.field, problem=err.message)
-        return _fatal(rsp, f"{err.field}: {err.message}", target)
+        return Answer(_fatal(rsp, f"{err.field}: {err.message}", target), invalid_field=err.field)
 
     want_sa = spec.irsa.mode is IRSAMode.SELF_HOSTED and spec.wants_aws
     _write_requirements(
@@ -295,7 +310,7 @@ def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionRespon
         # Only on transitions, like the results themselves.
         for res in plan.results:
             log.info(res.message, reason=res.reason)
-    return rsp
+    return Answer(rsp, plan)
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):

@@ -39,6 +39,14 @@ class Wait:
     waiting_for: str
     message: str = ""
     blocked: bool = False
+    # A label of bounded cardinality for metrics when ``waiting_for`` names an object
+    # of the user's (it then holds a namespace or name); otherwise ``waiting_for`` is one.
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """What is waited for, without names of the user's objects."""
+        return self.reason or self.waiting_for
 
 
 class MissingFactError(Exception):

@@ -104,6 +104,8 @@ class PluginStatus:
     phase: str
     waiting_for: str = ""
     message: str = ""
+    # What it waits for as a label of bounded cardinality (metrics); not in the status.
+    reason: str = ""
 
     def as_dict(self) -> dict[str, str]:
         """The status entry (empty fields left out)."""
@@ -222,19 +224,25 @@ def _plugin_status(
     ]
     blocked = next((w for _, w in held if w.blocked), None)
     if blocked is not None:
-        return PluginStatus(plugin.name, BLOCKED, blocked.waiting_for, blocked.message)
+        return PluginStatus(
+            plugin.name, BLOCKED, blocked.waiting_for, blocked.message, blocked.label
+        )
     if not held and not not_ready:
         return PluginStatus(plugin.name, READY)
     if held:
         node, wait = held[0]
         msg = wait.message or f"waiting for {wait.waiting_for}"
         phase = INSTALLING if emitted_here else PENDING
-        return PluginStatus(plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}")
+        return PluginStatus(
+            plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}", wait.label
+        )
+    waiting_for = f"{not_ready[0]} Ready"
     return PluginStatus(
         plugin.name,
         INSTALLING,
-        f"{not_ready[0]} Ready",
+        waiting_for,
         f"waiting for {', '.join(not_ready)} to become Ready",
+        waiting_for,
     )
 
 

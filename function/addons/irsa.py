@@ -27,6 +27,7 @@ from function.spec import CertManagerMode, IRSAMode
 PLUGIN = "irsa"
 CERT_MANAGER_NAMESPACE = "cert-manager"
 WEBHOOK_NAMESPACE = "kube-system"
+SA_SECRET_WAIT = "service-account key Secret"  # noqa: S105  # a wait label, not a secret
 
 
 def _tags(ctx: Ctx) -> dict[str, str]:
@@ -74,10 +75,16 @@ def _public_pem(ctx: Ctx) -> bytes:
     facts = ctx.facts
     secret = f"Secret {facts.namespace}/{ctx.names.sa_secret}"
     if facts.sa_problem:
-        raise MissingFactError(Wait(secret, f"{secret}: {facts.sa_problem}", blocked=True))
+        raise MissingFactError(
+            Wait(secret, f"{secret}: {facts.sa_problem}", blocked=True, reason=SA_SECRET_WAIT)
+        )
     if facts.sa_public_pem is None:
         raise MissingFactError(
-            Wait(secret, f"{secret} (CAPI's service-account key pair) has not been read yet")
+            Wait(
+                secret,
+                f"{secret} (CAPI's service-account key pair) has not been read yet",
+                reason=SA_SECRET_WAIT,
+            )
         )
     return facts.sa_public_pem
 
@@ -90,7 +97,7 @@ def sa_key_present(ctx: Ctx) -> Wait | None:
         return err.wait
     except KeyProblemError as err:
         secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        return Wait(secret, f"{secret}: {err}", blocked=True)
+        return Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
     return None
 
 
@@ -115,7 +122,9 @@ def discovery(ctx: Ctx) -> dict[str, Any]:
         algorithms = jwks_algorithms(_public_pem(ctx))
     except KeyProblemError as err:
         secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        raise MissingFactError(Wait(secret, f"{secret}: {err}", blocked=True)) from err
+        raise MissingFactError(
+            Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
+        ) from err
     return _object(ctx, DISCOVERY_KEY, discovery_document(ctx.issuer_url(), algorithms))
 
 
@@ -125,7 +134,9 @@ def jwks(ctx: Ctx) -> dict[str, Any]:
         return _object(ctx, JWKS_KEY, jwks_document(_public_pem(ctx)))
     except KeyProblemError as err:
         secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        raise MissingFactError(Wait(secret, f"{secret}: {err}", blocked=True)) from err
+        raise MissingFactError(
+            Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
+        ) from err
 
 
 def oidc_provider(ctx: Ctx) -> dict[str, Any]:
