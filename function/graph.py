@@ -80,6 +80,33 @@ class Plugin:
     # status.roleARNs key and the node whose ARN fills it
     role_key: str | None = None
     role_node: str | None = None
+    # Said in the plugin's status message even when it is Ready (e.g. a fallback taken).
+    note: str = ""
+
+
+ValuesPath = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OwnedValues:
+    """Helm values keys the function sets for an add-on: user values may not override them."""
+
+    field: str  # where the user's values are, e.g. spec.storage.ebs.values
+    spec: Callable[[ClusterPluginSpec], Any]  # the add-on's spec (with .values), or None
+    paths: tuple[ValuesPath, ...]
+
+
+@dataclass(frozen=True)
+class Addon:
+    """What an add-on module declares: its plugin, the values it owns, its deletion order.
+
+    ``usages`` are (by, of, reason): ``by`` is deleted before ``of``. A Usage is
+    emitted only when both ends are nodes of wanted plugins and both are observed.
+    """
+
+    plugin: Callable[[Ctx], Plugin | None]
+    owned_values: tuple[OwnedValues, ...] = ()
+    usages: tuple[tuple[str, str, str], ...] = ()
 
 
 _UNSET: Any = object()

@@ -25,61 +25,26 @@ from function import structs
 from function.addons import calico, csi, irsa, lbc, security_groups, vpc_cni
 from function.addons.helm import check_owned
 from function.flavour import StructWriter
-from function.graph import Ctx, MissingFactError, Node, Plugin, Readiness, Wait
+from function.graph import Addon, Ctx, MissingFactError, Node, Plugin, Readiness, Wait
 from function.spec import ClusterPluginSpec, IRSAMode
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
 
-PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = (
-    irsa.plugin,
-    vpc_cni.plugin,
-    calico.plugin,
-    csi.ebs_plugin,
-    csi.efs_plugin,
-    lbc.plugin,
+# The add-ons, in status.plugins[] order. A new add-on is a module declaring an
+# ``Addon`` and one line here.
+ADDONS: tuple[Addon, ...] = (
+    irsa.ADDON,
+    vpc_cni.ADDON,
+    calico.ADDON,
+    csi.EBS,
+    csi.EFS,
+    lbc.ADDON,
 )
 
+PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for a in ADDONS)
+
 # Deletion order, as Usages: ``by`` is deleted before ``of`` (DESIGN section 4).
-USAGES: tuple[tuple[str, str, str], ...] = (
-    ("ebs-release", "ebs-role", "the EBS CSI driver uses this role until it is uninstalled"),
-    ("efs-release", "efs-role", "the EFS CSI driver uses this role until it is uninstalled"),
-    (
-        "lbc-release",
-        "lbc-role",
-        "the load balancer controller uses this role until it is uninstalled",
-    ),
-    ("ebs-release", "cni-release", "pods of the EBS CSI driver need the CNI until they are gone"),
-    ("efs-release", "cni-release", "pods of the EFS CSI driver need the CNI until they are gone"),
-    ("lbc-release", "cni-release", "the load balancer controller needs the CNI until it is gone"),
-    (
-        "cert-manager-release",
-        "cni-release",
-        "pods of cert-manager need the CNI until they are gone",
-    ),
-    (
-        "pod-identity-webhook-release",
-        "cni-release",
-        "pods of the pod identity webhook need the CNI until they are gone",
-    ),
-    ("cni-release", "vpc-cni-role", "aws-node uses this role until it is uninstalled"),
-    ("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),
-    (
-        "pod-identity-webhook-release",
-        "cert-manager-release",
-        "the webhook's certificate comes from cert-manager",
-    ),
-    ("vpc-cni-role-attachment", "vpc-cni-role", "a role with attached policies cannot be deleted"),
-    ("ebs-role-attachment", "ebs-role", "a role with attached policies cannot be deleted"),
-    ("efs-role-attachment", "efs-role", "a role with attached policies cannot be deleted"),
-    ("lbc-role-attachment", "lbc-role", "a role with attached policies cannot be deleted"),
-    ("lbc-role-attachment", "lbc-policy", "an attached policy cannot be deleted"),
-    ("vpc-cni-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
-    ("ebs-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
-    ("efs-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
-    ("lbc-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
-    ("irsa-discovery", "irsa-bucket", "a bucket holding objects cannot be deleted"),
-    ("irsa-jwks", "irsa-bucket", "a bucket holding objects cannot be deleted"),
-)
+USAGES: tuple[tuple[str, str, str], ...] = tuple(u for a in ADDONS for u in a.usages)
 
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
@@ -151,20 +116,11 @@ class Plan:
 
 def check_values(spec: ClusterPluginSpec) -> None:
     """Reject user values that fight keys the function owns (InvalidInputError)."""
-    pairs = (
-        (spec.networking.amazon_vpc, vpc_cni.OWNED, "spec.networking.amazonVPC.values"),
-        (spec.networking.calico, calico.OWNED, "spec.networking.calico.values"),
-        (spec.storage.ebs, csi.EBS_OWNED, "spec.storage.ebs.values"),
-        (spec.storage.efs, csi.EFS_OWNED, "spec.storage.efs.values"),
-        (
-            spec.ingress.aws_load_balancer_controller,
-            lbc.OWNED,
-            "spec.ingress.awsLoadBalancerController.values",
-        ),
-    )
-    for addon, owned, field_path in pairs:
-        if addon is not None:
-            check_owned(addon.values, owned, field_path)
+    for addon in ADDONS:
+        for owned in addon.owned_values:
+            addon_spec = owned.spec(spec)
+            if addon_spec is not None:
+                check_owned(addon_spec.values, owned.paths, owned.field)
 
 
 def _helm_provider_config(ctx: Ctx) -> dict[str, Any]:

@@ -7,9 +7,11 @@ from typing import Any
 from function.addons import security_groups
 from function.addons.helm import release
 from function.graph import (
+    Addon,
     Ctx,
     MissingFactError,
     Node,
+    OwnedValues,
     Plugin,
     Wait,
     after,
@@ -102,3 +104,12 @@ def plugin(ctx: Ctx) -> Plugin | None:
         *security_groups.nodes(ctx, PLUGIN),
     ]
     return Plugin(PLUGIN, tuple(nodes))
+
+
+ADDON = Addon(
+    plugin,
+    owned_values=(
+        OwnedValues("spec.networking.calico.values", lambda s: s.networking.calico, OWNED),
+    ),
+    usages=(("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),),
+)

@@ -6,10 +6,12 @@ import functools
 from typing import Any
 
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import managed_policy, role_nodes
+from function.addons.iam import managed_policy, role_nodes, role_usages
 from function.graph import (
+    Addon,
     Ctx,
     Node,
+    OwnedValues,
     Plugin,
     cni_ready,
     control_plane_available,
@@ -133,3 +135,32 @@ def efs_plugin(ctx: Ctx) -> Plugin | None:
         release_node=Node("efs-release", efs_release, _release_gates("efs-role")),
         role_key="efs",
     )
+
+
+EBS = Addon(
+    ebs_plugin,
+    owned_values=(OwnedValues("spec.storage.ebs.values", lambda s: s.storage.ebs, EBS_OWNED),),
+    usages=(
+        ("ebs-release", "ebs-role", "the EBS CSI driver uses this role until it is uninstalled"),
+        (
+            "ebs-release",
+            "cni-release",
+            "pods of the EBS CSI driver need the CNI until they are gone",
+        ),
+        *role_usages("ebs-role"),
+    ),
+)
+
+EFS = Addon(
+    efs_plugin,
+    owned_values=(OwnedValues("spec.storage.efs.values", lambda s: s.storage.efs, EFS_OWNED),),
+    usages=(
+        ("efs-release", "efs-role", "the EFS CSI driver uses this role until it is uninstalled"),
+        (
+            "efs-release",
+            "cni-release",
+            "pods of the EFS CSI driver need the CNI until they are gone",
+        ),
+        *role_usages("efs-role"),
+    ),
+)

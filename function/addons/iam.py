@@ -27,6 +27,14 @@ def tags(ctx: Ctx, addon: str) -> dict[str, str]:
     }
 
 
+def role_usages(role: str) -> tuple[tuple[str, str, str], ...]:
+    """Deletion order of an add-on's role: attachment before role, role before the provider."""
+    return (
+        (f"{role}-attachment", role, "a role with attached policies cannot be deleted"),
+        (role, "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    )
+
+
 @functools.cache
 def managed_policy(addon: str) -> Callable[[Ctx], str]:
     """``policy_arn`` for ``role_nodes``: the AWS managed policy of ``addon`` in the partition."""

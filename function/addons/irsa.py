@@ -11,6 +11,7 @@ from typing import Any
 
 from function.addons.helm import release
 from function.graph import (
+    Addon,
     Ctx,
     MissingFactError,
     Node,
@@ -218,3 +219,27 @@ def plugin(ctx: Ctx) -> Plugin | None:
             )
         )
     return Plugin(PLUGIN, tuple(nodes))
+
+
+ADDON = Addon(
+    plugin,
+    usages=(
+        (
+            "cert-manager-release",
+            "cni-release",
+            "pods of cert-manager need the CNI until they are gone",
+        ),
+        (
+            "pod-identity-webhook-release",
+            "cni-release",
+            "pods of the pod identity webhook need the CNI until they are gone",
+        ),
+        (
+            "pod-identity-webhook-release",
+            "cert-manager-release",
+            "the webhook's certificate comes from cert-manager",
+        ),
+        ("irsa-discovery", "irsa-bucket", "a bucket holding objects cannot be deleted"),
+        ("irsa-jwks", "irsa-bucket", "a bucket holding objects cannot be deleted"),
+    ),
+)

@@ -6,11 +6,13 @@ from typing import Any
 
 from function.addons import security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import oidc_ready, role_nodes, tags
+from function.addons.iam import oidc_ready, role_nodes, role_usages, tags
 from function.graph import (
+    Addon,
     Ctx,
     MissingFactError,
     Node,
+    OwnedValues,
     Plugin,
     Wait,
     after,
@@ -24,7 +26,8 @@ from function.policies import lbc_policy
 from function.spec import IRSAMode
 
 PLUGIN = "aws-load-balancer-controller"
-ADDON = "lbc"
+# The add-on's part of its IAM names and tags (names.role, names.policy).
+IAM_NAME = "lbc"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 ROLE = "lbc-role"
@@ -44,9 +47,9 @@ def policy(ctx: Ctx) -> dict[str, Any]:
             "policy": lbc_policy(ctx.partition),
             "path": IAM_PATH,
             "description": "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
-            "tags": tags(ctx, ADDON),
+            "tags": tags(ctx, IAM_NAME),
         },
-        external_name=ctx.names.policy(ADDON),
+        external_name=ctx.names.policy(IAM_NAME),
     )
 
 
@@ -92,7 +95,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
         nodes.append(Node(POLICY, policy, (oidc_ready,)))
         nodes += role_nodes(
             node=ROLE,
-            addon=ADDON,
+            addon=IAM_NAME,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
             policy_arn=_policy_arn,
@@ -107,3 +110,29 @@ def plugin(ctx: Ctx) -> Plugin | None:
     )
     nodes += security_groups.nodes(ctx, PLUGIN)
     return Plugin(PLUGIN, tuple(nodes), role_key="loadBalancerController", role_node=ROLE)
+
+
+ADDON = Addon(
+    plugin,
+    owned_values=(
+        OwnedValues(
+            "spec.ingress.awsLoadBalancerController.values",
+            lambda s: s.ingress.aws_load_balancer_controller,
+            OWNED,
+        ),
+    ),
+    usages=(
+        (
+            "lbc-release",
+            ROLE,
+            "the load balancer controller uses this role until it is uninstalled",
+        ),
+        (
+            "lbc-release",
+            "cni-release",
+            "the load balancer controller needs the CNI until it is gone",
+        ),
+        *role_usages(ROLE),
+        (f"{ROLE}-attachment", POLICY, "an attached policy cannot be deleted"),
+    ),
+)

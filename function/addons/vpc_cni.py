@@ -7,10 +7,12 @@ from typing import Any
 from function import structs
 from function.addons import security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import managed_policy, role_nodes
+from function.addons.iam import managed_policy, role_nodes, role_usages
 from function.graph import (
+    Addon,
     Ctx,
     Node,
+    OwnedValues,
     Plugin,
     control_plane_initialized,
     role_ready,
@@ -79,3 +81,15 @@ def plugin(ctx: Ctx) -> Plugin | None:
     nodes.append(Node("cni-release", cni_release, (control_plane_initialized, role_ready(ROLE))))
     nodes += security_groups.nodes(ctx, PLUGIN)
     return Plugin(PLUGIN, tuple(nodes), role_key="vpcCni", role_node=ROLE)
+
+
+ADDON = Addon(
+    plugin,
+    owned_values=(
+        OwnedValues("spec.networking.amazonVPC.values", lambda s: s.networking.amazon_vpc, OWNED),
+    ),
+    usages=(
+        ("cni-release", ROLE, "aws-node uses this role until it is uninstalled"),
+        *role_usages(ROLE),
+    ),
+)

@@ -599,7 +599,7 @@ def addon_roles(spec: ClusterPluginSpec) -> list[AddonRole]:
     if spec.storage.efs is not None:
         out.append(AddonRole("efs-csi", csi.NAMESPACE, csi.EFS_SA))
     if spec.ingress.aws_load_balancer_controller is not None:
-        out.append(AddonRole(lbc.ADDON, lbc.NAMESPACE, lbc.SERVICE_ACCOUNT))
+        out.append(AddonRole(lbc.IAM_NAME, lbc.NAMESPACE, lbc.SERVICE_ACCOUNT))
     return out
 
 
