@@ -7,7 +7,8 @@
 - each example XR / claim validates against its XRD's schema and parses with parse_spec;
 - the XRD and Input CRD schemas mirror the Pydantic models of function/spec.py (field
   names, enums, required fields, scalar defaults), and accept and reject the same specs;
-- package/crossplane.yaml and the aggregated ClusterRole are what Crossplane needs.
+- package/crossplane.yaml and the aggregated ClusterRole are what Crossplane needs (the
+  Configuration packages in apis/v1 and apis/v2: tests/test_package.py).
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ REQUIRED_FILES = sorted(EXAMPLES.glob("*/required/*.yaml"))
 # Core Secrets have no CRD: test_sa_secret_is_a_capi_service_account_key_pair
 # checks them.
 REQUIRED_CRD_FILES = [p for p in REQUIRED_FILES if _load(p)["kind"] != "Secret"]
-API_FILES = sorted(APIS.glob("v*/*.yaml"))
+# The XRDs and Compositions; crossplane.yaml beside them is the Configuration package's metadata
+# (tests/test_package.py).
+API_FILES = sorted(p for p in APIS.glob("v*/*.yaml") if p.name != "crossplane.yaml")
 # Render scenarios: the example folders with an XR (production/ only shows the runtime wiring).
 SCENARIOS = sorted(p for p in EXAMPLES.iterdir() if (p / "xr.yaml").is_file())
 COMPOSITIONS = [COMPOSITION_V2, COMPOSITION_V1]
