@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -25,7 +26,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.spec import StepInput
+from function.spec import ClusterPluginSpec, InvalidInputError, StepInput
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 
@@ -113,11 +114,30 @@ class ClusterFacts:
     kubernetes_cluster_name: str | None = None
     sa_public_pem: bytes | None = None
     sa_problem: str | None = None
+    # The control plane's Kubernetes version the cluster runs: the lower minor of
+    # spec.version and status.version (the oldest control-plane machine) while a
+    # rollout is under way, so nothing is started newer than the API server it talks to.
+    kubernetes_version: str | None = None
+    # The KubeadmControlPlane runs kubelets / the controller manager with
+    # ``cloud-provider: external``: nodes stay tainted until a CCM runs.
+    external_cloud_provider: bool = False
+    # The Cluster's uid: its own, or (Crossplane 1.x, which never reads the Cluster)
+    # from the ownerReferences CAPI puts on the control plane and infrastructure.
+    cluster_uid: str | None = None
+    # (apiVersion, kind, name) of the Cluster as read, for a Usage of it.
+    cluster_ref: tuple[str, str, str] | None = None
+    # "<Kind> <namespace>/<name>" of the first of the cluster's objects being deleted.
+    deleting: str | None = None
 
     @property
     def eks(self) -> bool:
         """Whether the control plane is EKS (AWSManagedControlPlane)."""
         return self.control_plane_kind == EKS_CONTROL_PLANE
+
+    @property
+    def found(self) -> bool:
+        """Whether any object of the cluster (Cluster, control plane, infrastructure) was read."""
+        return self.cluster_found or self.control_plane_found or self.infrastructure_found
 
 
 def _version_for(kind: str, versions: StepInput) -> str | None:
@@ -330,6 +350,83 @@ def _parse_security_groups(serialized: bytes) -> tuple[tuple[str, SecurityGroup]
     return tuple(groups)
 
 
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(\.\d+)?")
+
+
+def minor_of(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a Kubernetes version such as v1.33.2, or None."""
+    m = _VERSION.match(version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _kubernetes_version(cp: struct_pb2.Struct) -> str | None:
+    wanted = structs.str_at(cp, "spec", "version")
+    running = structs.str_at(cp, "status", "version")
+    if running is None:
+        entries = structs.structs_at(cp, "status", "versions")
+        versions = [v for v in (structs.str_at(e, "version") for e in entries) if v]
+        running = min(versions, key=lambda v: minor_of(v) or (0, 0)) if versions else None
+    lo, hi = minor_of(running), minor_of(wanted)
+    if lo is not None and (hi is None or lo < hi):
+        return running
+    return wanted
+
+
+def _arg(obj: struct_pb2.Struct, name: str, *path: str) -> str | None:
+    """A kubeadm extra argument: a v1beta1 map or a v1beta2 ``[{name, value}]`` list."""
+    v = structs.value_at(obj, *path)
+    if v is None:
+        return None
+    kind = v.WhichOneof("kind")
+    if kind == "struct_value":
+        args = v.struct_value.fields
+        return args[name].string_value if name in args else None
+    if kind == "list_value":
+        for item in v.list_value.values:
+            entry = item.struct_value.fields
+            if "name" in entry and entry["name"].string_value == name:
+                return entry["value"].string_value if "value" in entry else ""
+    return None
+
+
+_CLOUD_PROVIDER_ARGS = (
+    ("clusterConfiguration", "controllerManager", "extraArgs"),
+    ("initConfiguration", "nodeRegistration", "kubeletExtraArgs"),
+    ("joinConfiguration", "nodeRegistration", "kubeletExtraArgs"),
+)
+
+
+def external_cloud_provider(cp: struct_pb2.Struct) -> bool:
+    """Whether a KubeadmControlPlane sets cloud-provider: external (kubelet, controller manager)."""
+    return any(
+        _arg(cp, "cloud-provider", "spec", "kubeadmConfigSpec", *path) == "external"
+        for path in _CLOUD_PROVIDER_ARGS
+    )
+
+
+def _deleting(objs: Iterable[struct_pb2.Struct | None]) -> str | None:
+    for obj in objs:
+        if obj is not None and structs.str_at(obj, "metadata", "deletionTimestamp"):
+            kind = structs.str_at(obj, "kind") or "object"
+            ns = structs.str_at(obj, "metadata", "namespace") or ""
+            return f"{kind} {ns}/{structs.str_at(obj, 'metadata', 'name') or ''}"
+    return None
+
+
+def _cluster_uid(
+    cluster: struct_pb2.Struct | None, others: Iterable[struct_pb2.Struct | None], name: str
+) -> str | None:
+    if cluster is not None:
+        return structs.str_at(cluster, "metadata", "uid")
+    for obj in others:
+        if obj is None:
+            continue
+        for ref in structs.structs_at(obj, "metadata", "ownerReferences"):
+            if structs.str_at(ref, "kind") == "Cluster" and structs.str_at(ref, "name") == name:
+                return structs.str_at(ref, "uid")
+    return None
+
+
 def _sa_public_key(secret: struct_pb2.Struct | None) -> tuple[bytes | None, str | None]:
     """The PEM public key from ``data["tls.crt"]``; ``tls.key`` is never touched."""
     if secret is None:
@@ -382,6 +479,9 @@ def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: st
 
     eks_name = structs.str_at(cp, "spec", "eksClusterName") if cp is not None else None
     pem, problem = _sa_public_key(secret)
+    cluster_ref = None
+    if cluster is not None:
+        cluster_ref = (structs.str_at(cluster, "apiVersion") or "", "Cluster", cluster_name)
     return ClusterFacts(
         namespace=namespace,
         cluster_found=cluster is not None,
@@ -398,4 +498,28 @@ def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: st
         kubernetes_cluster_name=eks_name or cluster_name,
         sa_public_pem=pem,
         sa_problem=problem,
+        kubernetes_version=_kubernetes_version(cp) if cp is not None else None,
+        external_cloud_provider=cp is not None and external_cloud_provider(cp),
+        cluster_uid=_cluster_uid(cluster, (cp, infra), cluster_name),
+        cluster_ref=cluster_ref,
+        deleting=_deleting((cluster, cp, infra)),
     )
+
+
+def refuse(
+    spec: ClusterPluginSpec, step: StepInput, facts: ClusterFacts, *, namespaced: bool
+) -> None:
+    """Raise InvalidInputError for a spec or input this cluster cannot have."""
+    if step.protect_cluster and not namespaced:
+        raise InvalidInputError(
+            "input.protectCluster",
+            "is only for namespaced ClusterPlugins (Crossplane v2): a cluster-scoped Usage "
+            "cannot reference the namespaced CAPI Cluster",
+        )
+    if spec.cloud_provider.aws is not None and facts.eks:
+        raise InvalidInputError(
+            "spec.cloudProvider.aws",
+            f"the control plane of {facts.namespace}/{spec.cluster_name} is EKS "
+            f"({EKS_CONTROL_PLANE}), which runs its own cloud controller manager: remove "
+            "spec.cloudProvider",
+        )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 from crossplane.function import logging, resource, response
@@ -297,6 +298,12 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         ),
     )
     facts = cluster.read_facts(req, cluster_name=spec.cluster_name, namespace=namespace)
+    try:
+        cluster.refuse(spec, step, facts, namespaced=namespaced)
+    except InvalidInputError as err:
+        if log is not None:
+            log.info("invalid input", field=err.field, problem=err.message)
+        return Answer(_fatal(rsp, f"{err.field}: {err.message}", target), invalid_field=err.field)
     flavour = Flavour(
         namespaced=namespaced,
         aws_provider_config=step.aws_provider_config.name,
@@ -313,19 +320,30 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
     return Answer(rsp, plan)
 
 
+class CallObserver(Protocol):
+    """What ``FunctionRunner`` reports each call to (``function.metrics.Metrics``)."""
+
+    def observe(
+        self, req: fnv1.RunFunctionRequest, answer: Answer | None, seconds: float
+    ) -> None:
+        """Record one call; ``answer`` None is an internal error."""
+
+
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """The gRPC service ``serve`` registers."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: CallObserver | None = None) -> None:
         self.log = logging.get_logger()
+        self.metrics = metrics
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         """Run the function for one request."""
         log = self.log.bind(tag=req.meta.tag) if req.meta.tag else self.log
+        start = time.perf_counter()
         try:
-            return run(req, log)
+            got = answer(req, log)
         except Exception as err:  # a bug must not take the server down
             # Only the exception type and text: never the request (it holds Secrets).
             log.error("internal error", error=f"{type(err).__name__}: {err}")
@@ -338,4 +356,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                     "nothing was changed, please report it",
                 )
             )
+            if self.metrics is not None:
+                self.metrics.observe(req, None, time.perf_counter() - start)
             return rsp
+        if self.metrics is not None:
+            self.metrics.observe(req, got, time.perf_counter() - start)
+        return got.response

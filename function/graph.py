@@ -97,6 +97,18 @@ class OwnedValues:
 
 
 @dataclass(frozen=True)
+class ConditionOut:
+    """An XR condition the function sets."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    # Entering this state also emits a Warning result (once, on the transition).
+    warn: bool = False
+
+
+@dataclass(frozen=True)
 class Addon:
     """What an add-on module declares: its plugin, the values it owns, its deletion order.
 
@@ -107,6 +119,8 @@ class Addon:
     plugin: Callable[[Ctx], Plugin | None]
     owned_values: tuple[OwnedValues, ...] = ()
     usages: tuple[tuple[str, str, str], ...] = ()
+    # An XR condition of the add-on's own, given each wanted plugin's phase by name.
+    condition: Callable[[Ctx, Mapping[str, str]], ConditionOut] | None = None
 
 
 _UNSET: Any = object()
@@ -345,6 +359,16 @@ def cni_ready(ctx: Ctx) -> Wait | None:
     if n.amazon_vpc is None and n.calico is None:
         return control_plane_available(ctx)
     return after("cni-release")(ctx)
+
+
+def ccm_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the cloud controller manager is ready, when this XR installs it.
+
+    Until it runs, nodes keep the uninitialized taint and no ordinary pod schedules.
+    """
+    if ctx.spec.cloud_provider.aws is None:
+        return None
+    return after("ccm-release")(ctx)
 
 
 def webhook_installed(ctx: Ctx) -> bool:

@@ -15,6 +15,7 @@ The rules (DESIGN section 4):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -22,10 +23,19 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.addons import calico, csi, irsa, lbc, security_groups, vpc_cni
+from function.addons import calico, ccm, csi, irsa, lbc, security_groups, vpc_cni
 from function.addons.helm import check_owned
 from function.flavour import StructWriter
-from function.graph import Addon, Ctx, MissingFactError, Node, Plugin, Readiness, Wait
+from function.graph import (
+    Addon,
+    ConditionOut,
+    Ctx,
+    MissingFactError,
+    Node,
+    Plugin,
+    Readiness,
+    Wait,
+)
 from function.spec import ClusterPluginSpec, IRSAMode
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
@@ -33,6 +43,7 @@ HELM_PROVIDER_CONFIG = "helm-provider-config"
 # The add-ons, in status.plugins[] order. A new add-on is a module declaring an
 # ``Addon`` and one line here.
 ADDONS: tuple[Addon, ...] = (
+    ccm.ADDON,
     irsa.ADDON,
     vpc_cni.ADDON,
     calico.ADDON,
@@ -80,16 +91,6 @@ class PluginStatus:
         if self.message:
             d["message"] = self.message
         return d
-
-
-@dataclass(frozen=True)
-class ConditionOut:
-    """An XR condition the function sets."""
-
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,19 @@ def _plugin_status(
         for n in plugin.nodes
         if n.name in emitted and not ctx.observed.ready(n.name, n.readiness)
     ]
+    status = _plugin_phase(plugin, held, emitted_here, not_ready)
+    if plugin.note:
+        message = f"{status.message}; {plugin.note}" if status.message else plugin.note
+        status = dataclasses.replace(status, message=message)
+    return status
+
+
+def _plugin_phase(
+    plugin: Plugin,
+    held: list[tuple[Node, Wait]],
+    emitted_here: list[str],
+    not_ready: list[str],
+) -> PluginStatus:
     blocked = next((w for _, w in held if w.blocked), None)
     if blocked is not None:
         return PluginStatus(
@@ -295,11 +309,7 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
                 prev = (structs.str_at(c, "status"), structs.str_at(c, "reason"))
         if prev == (cond.status, cond.reason):
             continue
-        if (
-            cond.type == "SecurityGroupsReady"
-            and cond.status == "False"
-            and cond.reason == "IngressRulesMissing"
-        ):
+        if cond.warn:
             plan.results.append(ResultOut("Warning", cond.reason, cond.message))
 
 
@@ -327,8 +337,16 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
     sg = security_groups.report(ctx, emit.emitted)
     plan.conditions = [
         _summary(plan.plugins),
-        ConditionOut("SecurityGroupsReady", sg.status, sg.reason, sg.message),
+        ConditionOut(
+            "SecurityGroupsReady",
+            sg.status,
+            sg.reason,
+            sg.message,
+            warn=sg.status == "False" and sg.reason == "IngressRulesMissing",
+        ),
     ]
+    phases = {p.name: p.phase for p in plan.plugins}
+    plan.conditions += [a.condition(ctx, phases) for a in ADDONS if a.condition is not None]
     plan.status = _status(ctx, plugins, plan.plugins)
     plan.all_ready = not plan.held_back and all(p.phase == READY for p in plan.plugins)
     _transitions(xr, plan)

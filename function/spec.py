@@ -193,6 +193,16 @@ class IngressSpec(_Strict):
     )
 
 
+class AWSCloudProviderSpec(AddonSpec):
+    """The AWS cloud-controller-manager (kubernetes/cloud-provider-aws chart). No IAM role."""
+
+
+class CloudProviderSpec(_Strict):
+    """The cloud controller manager a kubelet with ``cloud-provider: external`` waits for."""
+
+    aws: AWSCloudProviderSpec | None = None
+
+
 class IRSAMode(StrEnum):
     """Where the OIDC issuer for IAM Roles for Service Accounts comes from."""
 
@@ -283,6 +293,9 @@ class ClusterPluginSpec(_Strict):
     irsa: IRSASpec = Field(default_factory=IRSASpec)
     security_groups: SecurityGroupsSpec = Field(
         default_factory=SecurityGroupsSpec, alias="securityGroups"
+    )
+    cloud_provider: CloudProviderSpec = Field(
+        default_factory=CloudProviderSpec, alias="cloudProvider"
     )
 
     @field_validator("cluster_name", "cluster_namespace")
@@ -397,6 +410,14 @@ class Charts(_Strict):
         ),
         alias="podIdentityWebhook",
     )
+    cloud_controller_manager: ChartSource = Field(
+        default=ChartSource(
+            repository="https://kubernetes.github.io/cloud-provider-aws",
+            name="aws-cloud-controller-manager",
+            version="0.0.11",
+        ),
+        alias="cloudControllerManager",
+    )
 
 
 def _seconds(v: Any) -> Any:
@@ -470,6 +491,9 @@ class StepInput(_Strict):
         default_factory=ProviderConfigRef, alias="awsProviderConfig"
     )
     cluster_api: ClusterAPIVersions = Field(default_factory=ClusterAPIVersions, alias="clusterAPI")
+    # Namespaced XRs: a Usage of the CAPI Cluster by the helm ProviderConfig, so that
+    # deleting the Cluster first waits until the add-ons are uninstalled (DESIGN 9).
+    protect_cluster: bool = Field(default=False, alias="protectCluster")
 
     @field_validator("name_prefix")
     @classmethod

@@ -94,6 +94,13 @@ def test_no_plugins_whole_response() -> None:
                 "message": "no add-on needs extra ports",
                 "target": "TARGET_COMPOSITE",
             },
+            {
+                "type": "CloudProviderReady",
+                "status": "STATUS_CONDITION_UNKNOWN",
+                "reason": "ControlPlaneNotRead",
+                "message": "the control plane has not been read yet",
+                "target": "TARGET_COMPOSITE",
+            },
         ],
         "requirements": {
             "resources": {
@@ -360,8 +367,31 @@ def test_stage_cni_once_initialized_and_role_ready() -> None:
     assert plugins["ebs-csi"]["waitingFor"] == "control plane available"
 
 
-def test_stage_addons_wait_for_the_webhook() -> None:
+def test_stage_cni_and_ccm_once_initialized_but_nothing_else_before_the_ccm() -> None:
     ready = [*IRSA_BASE, *IRSA_DOCS, "irsa-oidc-provider", *ROLES, *ATTACHMENTS, "cni-release"]
+    got = _stage_request(ready, initialized=True, available=True)
+    names = set(_desired(got))
+    # Both run on the host network, so neither waits for the other.
+    assert {"ccm-release", "cni-release"} <= names
+    assert not {"cert-manager-release", "ebs-release", "pod-identity-webhook-release"} & names
+    plugins = {p["name"]: p for p in got["desired"]["composite"]["resource"]["status"]["plugins"]}
+    assert plugins["irsa"]["waitingFor"] == "ccm-release Ready"
+    assert plugins["cloud-controller-manager"]["phase"] == "Installing"
+    assert "aws-cloud-controller-manager" in got["conditions"][2]["message"]
+    assert got["conditions"][2]["type"] == "CloudProviderReady"
+    assert got["conditions"][2]["reason"] == "Installing"
+
+
+def test_stage_addons_wait_for_the_webhook() -> None:
+    ready = [
+        *IRSA_BASE,
+        *IRSA_DOCS,
+        "irsa-oidc-provider",
+        *ROLES,
+        *ATTACHMENTS,
+        "cni-release",
+        "ccm-release",
+    ]
     got = _stage_request(ready, initialized=True, available=True)
     names = set(_desired(got))
     assert "cert-manager-release" in names

@@ -307,7 +307,14 @@ def test_composition_input_parses_and_spells_out_the_defaults(
     )
     assert parsed == defaults
     shown = set(step_input) - {"apiVersion", "kind"}
-    assert shown == {"namePrefix", "ttl", "awsProviderConfig", "charts", "clusterAPI"}
+    assert shown == {
+        "namePrefix",
+        "ttl",
+        "awsProviderConfig",
+        "charts",
+        "clusterAPI",
+        "protectCluster",
+    }
     assert set(step_input["charts"]) == {
         f.alias or n for n, f in type(parsed.charts).model_fields.items()
     }

@@ -13,6 +13,7 @@ from function.graph import (
     Node,
     OwnedValues,
     Plugin,
+    ccm_ready,
     cni_ready,
     control_plane_available,
     role_ready,
@@ -106,7 +107,7 @@ def _plugin(
 
 @functools.cache
 def _release_gates(role: str) -> tuple:
-    return (control_plane_available, cni_ready, role_ready(role), webhook_ready)
+    return (control_plane_available, cni_ready, ccm_ready, role_ready(role), webhook_ready)
 
 
 def ebs_plugin(ctx: Ctx) -> Plugin | None:

@@ -18,6 +18,7 @@ from function.graph import (
     Plugin,
     Wait,
     after,
+    ccm_ready,
     cni_ready,
     webhook_installed,
 )
@@ -208,14 +209,14 @@ def plugin(ctx: Ctx) -> Plugin | None:
             ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL
         )
         if installs_cert_manager:
-            nodes.append(Node("cert-manager-release", cert_manager, (cni_ready,)))
+            nodes.append(Node("cert-manager-release", cert_manager, (cni_ready, ccm_ready)))
         nodes.append(
             Node(
                 "pod-identity-webhook-release",
                 webhook,
-                (cni_ready, after("cert-manager-release"))
+                (cni_ready, ccm_ready, after("cert-manager-release"))
                 if installs_cert_manager
-                else (cni_ready,),
+                else (cni_ready, ccm_ready),
             )
         )
     return Plugin(PLUGIN, tuple(nodes))

@@ -16,6 +16,7 @@ from function.graph import (
     Plugin,
     Wait,
     after,
+    ccm_ready,
     cni_ready,
     control_plane_available,
     role_ready,
@@ -105,7 +106,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
         Node(
             "lbc-release",
             lbc_release,
-            (control_plane_available, cni_ready, role_ready(ROLE), webhook_ready),
+            (control_plane_available, cni_ready, ccm_ready, role_ready(ROLE), webhook_ready),
         )
     )
     nodes += security_groups.nodes(ctx, PLUGIN)
