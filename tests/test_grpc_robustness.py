@@ -5,8 +5,9 @@
 - messages over --max-recv-message-size: RESOURCE_EXHAUSTED, the server carries on;
 - thousands of concurrent calls with short deadlines: OK or DEADLINE_EXCEEDED only, every
   OK answer byte-identical to the in-process one;
-- SIGTERM while busy: every call the function started is answered, queued ones end with a
-  clean status, new calls are refused, the process exits 0 within the SDK's 5 s grace.
+- SIGTERM while busy: every call the server had received is answered, none is cancelled,
+  a call made after the drain is refused, the process exits 0 (tests/test_drain.py has the
+  bursts at concurrency 1, 64 and 256).
 
 Sizes are bounded by constants; ``tests/soak/test_soak.py`` runs the same with more.
 """
@@ -265,8 +266,8 @@ def sigterm_while_busy(calls: int = 64, junk: int = 1500) -> dict[str, int]:
                 await asyncio.wait_for(two_answered.wait(), 30)
                 sent = time.monotonic()
                 served.proc.send_signal(signal.SIGTERM)
-                # Once queued calls are being turned away, a new call must be refused too.
-                await asyncio.wait_for(shutting_down.wait(), 10)
+                # The server drains what it received (all of these), then refuses new calls.
+                await asyncio.wait_for(asyncio.gather(*tasks), 30)
                 t = time.monotonic()
                 try:
                     await call(payloads[0], timeout=3)
@@ -296,7 +297,7 @@ def sigterm_while_busy(calls: int = 64, junk: int = 1500) -> dict[str, int]:
     # Every call the function started is answered; calls still queued end cleanly.
     assert started, "no call had started before SIGTERM"
     assert all(done[i] == "OK" for i in started), {i: done[i] for i in started if done[i] != "OK"}
-    assert set(outcomes) <= {"OK", "CANCELLED", "UNAVAILABLE"}, outcomes
+    assert set(outcomes) <= {"OK", "UNAVAILABLE"}, outcomes
     # A call made after SIGTERM is refused, quickly.
     assert late == "UNAVAILABLE", late
     assert refused_in < 3.5
