@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Vendor the CRDs and Helm chart schemas the test suite validates against.
+"""Vendor the CRDs and packaged Helm charts the test suite validates and renders with.
 
 Copies, byte for byte, from a shared source tree (default: ``../shared`` relative
 to the repository root) into ``tests/fixtures/``:
 
 * every CRD ``*.yaml`` under ``<shared>/crds/<project>/`` (the ``crossplane-proto``
   folder is skipped: it holds protobuf sources, not CRDs) plus ``crds/PROVENANCE.md``;
-* ``values.schema.json`` and ``Chart.yaml`` of the charts that ship a values schema,
-  plus ``charts/PROVENANCE.md``.
+* every packaged chart ``<shared>/charts-src/*.tgz`` (what the Releases install,
+  rendered by ``tests/test_helm.py``; their ``values.schema.json`` is what
+  ``tests/kube_schema.validate_values`` reads) plus its ``PROVENANCE.md``, into
+  ``charts/``, and writes ``charts/SHA256SUMS`` (``sha256sum`` format) for them.
 
 The copy is idempotent: files whose bytes already match are left alone, and
 vendored files that no longer exist upstream are reported (use ``--prune`` to
@@ -21,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import sys
 from pathlib import Path
@@ -31,20 +34,16 @@ FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 # Folders under shared/crds/ that do not hold CRDs.
 SKIP_CRD_DIRS = frozenset({"crossplane-proto"})
-# Charts whose values.schema.json the tests validate against.
-SCHEMA_CHARTS = (
-    "aws-ebs-csi-driver",
-    "amazon-eks-pod-identity-webhook",
-    "cert-manager",
-)
-CHART_FILES = ("values.schema.json", "Chart.yaml")
+# The checksum list written beside the vendored chart packages.
+CHECKSUMS = "SHA256SUMS"
 
 
-def planned_copies(shared: Path) -> list[tuple[Path, Path]]:
+def planned_copies(shared: Path, fixtures: Path = FIXTURES) -> list[tuple[Path, Path]]:
     """Return the (source, destination) pairs to vendor from ``shared``.
 
     Args:
-        shared: The shared source tree (holding ``crds/`` and ``charts/``).
+        shared: The shared source tree (holding ``crds/`` and ``charts-src/``).
+        fixtures: The fixtures folder to vendor into.
 
     Returns:
         The list of file copies to perform, sorted by destination.
@@ -53,23 +52,23 @@ def planned_copies(shared: Path) -> list[tuple[Path, Path]]:
         FileNotFoundError: If an expected source file or folder is missing.
     """
     crds = shared / "crds"
-    charts = shared / "charts"
+    charts = shared / "charts-src"
     pairs: list[tuple[Path, Path]] = [
-        (crds / "PROVENANCE.md", FIXTURES / "crds" / "PROVENANCE.md"),
-        (charts / "PROVENANCE.md", FIXTURES / "charts" / "PROVENANCE.md"),
+        (crds / "PROVENANCE.md", fixtures / "crds" / "PROVENANCE.md"),
+        (charts / "PROVENANCE.md", fixtures / "charts" / "PROVENANCE.md"),
     ]
     for project in sorted(p for p in crds.iterdir() if p.is_dir()):
         if project.name in SKIP_CRD_DIRS:
             continue
         pairs.extend(
-            (crd, FIXTURES / "crds" / project.name / crd.name)
+            (crd, fixtures / "crds" / project.name / crd.name)
             for crd in sorted(project.glob("*.yaml"))
         )
-    for chart in SCHEMA_CHARTS:
-        pairs.extend(
-            (charts / chart / name, FIXTURES / "charts" / chart / name)
-            for name in CHART_FILES
-        )
+    packages = sorted(charts.glob("*.tgz"))
+    if not packages:
+        msg = f"no packaged charts (*.tgz) in {charts}"
+        raise FileNotFoundError(msg)
+    pairs.extend((tgz, fixtures / "charts" / tgz.name) for tgz in packages)
     missing = [str(src) for src, _ in pairs if not src.is_file()]
     if missing:
         msg = "missing source files: " + ", ".join(missing)
@@ -77,24 +76,37 @@ def planned_copies(shared: Path) -> list[tuple[Path, Path]]:
     return sorted(pairs, key=lambda pair: pair[1])
 
 
-def stale_files(pairs: list[tuple[Path, Path]]) -> list[Path]:
+def stale_files(pairs: list[tuple[Path, Path]], fixtures: Path = FIXTURES) -> list[Path]:
     """Return vendored CRD/chart files that are not part of ``pairs`` any more.
 
     Args:
         pairs: The planned copies, as returned by :func:`planned_copies`.
+        fixtures: The fixtures folder.
 
     Returns:
-        Files under ``tests/fixtures/{crds,charts}`` that have no source any more.
+        Files under ``<fixtures>/{crds,charts}`` that have no source any more.
     """
-    wanted = {dst for _, dst in pairs}
+    wanted = {dst for _, dst in pairs} | {fixtures / "charts" / CHECKSUMS}
     existing = [
         path
         for sub in ("crds", "charts")
-        if (FIXTURES / sub).is_dir()
-        for path in (FIXTURES / sub).rglob("*")
+        if (fixtures / sub).is_dir()
+        for path in (fixtures / sub).rglob("*")
         if path.is_file()
     ]
     return sorted(path for path in existing if path not in wanted)
+
+
+def shown(path: Path) -> str:
+    """Return ``path`` relative to the repository when it is inside it.
+
+    Args:
+        path: A file path.
+
+    Returns:
+        The path to print.
+    """
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
 
 
 def report(message: str) -> None:
@@ -119,37 +131,69 @@ def same_bytes(src: Path, dst: Path) -> bool:
     return dst.is_file() and dst.read_bytes() == src.read_bytes()
 
 
-def vendor(shared: Path, *, prune: bool = False, check: bool = False) -> int:
-    """Copy the fixtures from ``shared`` into ``tests/fixtures``.
+def checksums(pairs: list[tuple[Path, Path]]) -> str:
+    """Return the ``SHA256SUMS`` text for the chart packages among ``pairs``.
+
+    Args:
+        pairs: The planned copies, as returned by :func:`planned_copies`.
+
+    Returns:
+        One ``<sha256>  <file name>`` line per ``.tgz``, sorted by name (``sha256sum -c``
+        reads it from inside ``tests/fixtures/charts``).
+    """
+    lines = [
+        f"{hashlib.sha256(src.read_bytes()).hexdigest()}  {dst.name}\n"
+        for src, dst in pairs
+        if dst.suffix == ".tgz"
+    ]
+    return "".join(sorted(lines, key=lambda line: line.split()[1]))
+
+
+def vendor(
+    shared: Path, *, fixtures: Path = FIXTURES, prune: bool = False, check: bool = False
+) -> int:
+    """Copy the fixtures from ``shared`` into ``fixtures`` (default ``tests/fixtures``).
 
     Args:
         shared: The shared source tree.
+        fixtures: The fixtures folder to vendor into.
         prune: Delete vendored files that no longer exist upstream.
         check: Change nothing; only report whether the fixtures are up to date.
 
     Returns:
         A process exit code: 0 when done (or up to date with ``check``), 1 otherwise.
     """
-    pairs = planned_copies(shared)
+    pairs = planned_copies(shared, fixtures)
     changed = [(src, dst) for src, dst in pairs if not same_bytes(src, dst)]
-    stale = stale_files(pairs)
+    stale = stale_files(pairs, fixtures)
     for src, dst in changed:
-        rel = dst.relative_to(REPO_ROOT)
+        rel = shown(dst)
         if check:
             report(f"out of date: {rel}")
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         report(f"copied {src} -> {rel}")
+    sums = checksums(pairs)
+    sums_file = fixtures / "charts" / CHECKSUMS
+    sums_changed = not sums_file.is_file() or sums_file.read_text(encoding="utf-8") != sums
+    if sums_changed:
+        if check:
+            report(f"out of date: {shown(sums_file)}")
+        else:
+            sums_file.write_text(sums, encoding="utf-8")
+            report(f"wrote {shown(sums_file)}")
     for path in stale:
-        rel = path.relative_to(REPO_ROOT)
+        rel = shown(path)
         if prune and not check:
             path.unlink()
+            if not any(path.parent.iterdir()):
+                path.parent.rmdir()
             report(f"removed stale {rel}")
         else:
             report(f"stale (not upstream any more): {rel}")
     report(f"{len(pairs)} files vendored, {len(changed)} changed, {len(stale)} stale")
-    if check and (changed or stale):
+    if check and (changed or stale or sums_changed):
         return 1
     return 0
 

@@ -17,15 +17,17 @@ This is the project's main test guard. It mimics what the API server does on *cr
    defaults applied (as the API server does before validating). Transition rules
    (``oldSelf``) are skipped, since only creates are validated.
 
-Helm values are validated with :func:`validate_values` against a chart's
-``values.schema.json``.
+Helm values are validated with :func:`validate_values` against the
+``values.schema.json`` inside a vendored chart package (``tests/fixtures/charts/*.tgz``,
+the same packages ``tests/test_helm.py`` renders with helm).
 
 Public API::
 
     REGISTRY, get_registry()
     validate(obj) -> list[str]
     validate_with_schema(obj, openapi_v3_schema) -> list[str]
-    validate_values(chart, values) -> list[str]
+    validate_values(chart, values, version=None) -> list[str]
+    vendored_charts(), chart_archive(chart, version), chart_file(archive, name)
     assert_valid(obj)  # raises AssertionError listing the errors
 """
 
@@ -36,6 +38,7 @@ import binascii
 import hashlib
 import json
 import re
+import tarfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -60,10 +63,14 @@ __all__ = [
     "CompiledSchema",
     "assert_valid",
     "cel_escape",
+    "chart_archive",
+    "chart_file",
     "get_registry",
+    "has_values_schema",
     "validate",
     "validate_values",
     "validate_with_schema",
+    "vendored_charts",
 ]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -1098,12 +1105,60 @@ def validate_with_schema(obj: dict, openapi_v3_schema: dict) -> list[str]:
 
 
 @cache
-def _values_validator(chart: str) -> Any:
-    path = CHART_DIR / chart / "values.schema.json"
-    if not path.is_file():
-        msg = f"chart {chart!r} has no vendored values.schema.json ({path})"
+def vendored_charts() -> dict[tuple[str, str], Path]:
+    """The packaged charts in ``tests/fixtures/charts``, by (name, version) from their Chart.yaml."""
+    charts: dict[tuple[str, str], Path] = {}
+    for archive in sorted(CHART_DIR.glob("*.tgz")):
+        with tarfile.open(archive, mode="r:gz") as tar:
+            # helm package puts every file under one folder named after the chart.
+            member = next(m for m in tar if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml"))
+            handle = tar.extractfile(member)
+            assert handle is not None, f"{archive}: {member.name} is not a file"
+            meta = yaml.load(handle.read(), Loader=_YAML_LOADER)  # noqa: S506 - safe loader
+        key = (str(meta["name"]), str(meta["version"]))
+        assert key not in charts, f"{archive} and {charts.get(key)} both hold {key}"
+        charts[key] = archive
+    return charts
+
+
+def chart_archive(chart: str, version: str | None = None) -> Path:
+    """The vendored package of ``chart`` at ``version`` (the only vendored one when None).
+
+    Raises:
+        KeyError: If no such chart is vendored (or several versions are and none was named).
+    """
+    charts = vendored_charts()
+    if version is None:
+        versions = sorted(v for name, v in charts if name == chart)
+        if len(versions) != 1:
+            msg = f"chart {chart!r}: vendored versions {versions}, name one"
+            raise KeyError(msg)
+        version = versions[0]
+    archive = charts.get((chart, version))
+    if archive is None:
+        msg = f"chart {chart!r} version {version!r} is not vendored in {CHART_DIR}"
         raise KeyError(msg)
-    schema = json.loads(path.read_text(encoding="utf-8"))
+    return archive
+
+
+def chart_file(archive: Path, name: str) -> bytes | None:
+    """The bytes of ``name`` (relative to the chart folder) in a packaged chart, if present."""
+    with tarfile.open(archive, mode="r:gz") as tar:
+        for member in tar:
+            if member.isfile() and member.name.partition("/")[2] == name:
+                handle = tar.extractfile(member)
+                return handle.read() if handle is not None else None
+    return None
+
+
+@cache
+def _values_validator(chart: str, version: str | None = None) -> Any:
+    archive = chart_archive(chart, version)
+    raw = chart_file(archive, "values.schema.json")
+    if raw is None:
+        msg = f"chart {chart!r} ({archive.name}) has no values.schema.json"
+        raise KeyError(msg)
+    schema = json.loads(raw)
     cls = jsonschema.validators.validator_for(
         schema, default=jsonschema.Draft7Validator
     )
@@ -1111,15 +1166,23 @@ def _values_validator(chart: str) -> Any:
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
-def validate_values(chart: str, values: dict) -> list[str]:
-    """Validate Helm values for ``chart`` against its vendored values.schema.json.
+@cache
+def has_values_schema(chart: str, version: str) -> bool:
+    """Whether the vendored ``chart`` at ``version`` ships a values.schema.json."""
+    return chart_file(chart_archive(chart, version), "values.schema.json") is not None
 
-    The draft is the one the schema declares in ``$schema``.
+
+def validate_values(chart: str, values: dict, version: str | None = None) -> list[str]:
+    """Validate Helm values against the values.schema.json inside the vendored chart package.
+
+    The draft is the one the schema declares in ``$schema``. ``version`` picks the
+    package; None means the only vendored version of ``chart``.
 
     Raises:
-        KeyError: If the chart has no vendored values.schema.json.
+        KeyError: If the chart (version) is not vendored or its package has no
+            values.schema.json.
     """
-    validator = _values_validator(chart)
+    validator = _values_validator(chart, version)
     return _schema_error_messages(validator, values)
 
 

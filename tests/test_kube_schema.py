@@ -320,8 +320,27 @@ def test_values_schemas_use_declared_draft():
 
 
 def test_chart_without_schema_raises_key_error():
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"has no values\.schema\.json"):
         ks.validate_values("aws-vpc-cni", {})
+
+
+def test_values_schema_is_read_from_the_named_chart_version():
+    assert ks.validate_values("aws-ebs-csi-driver", {}, "2.64.0") == []
+    assert ks.validate_values("aws-ebs-csi-driver", {"controler": {}}, "2.64.0")
+    with pytest.raises(KeyError, match=r"'2\.63\.0' is not vendored"):
+        ks.validate_values("aws-ebs-csi-driver", {}, "2.63.0")
+    with pytest.raises(KeyError, match="vendored versions"):
+        ks.validate_values("no-such-chart", {})
+
+
+def test_vendored_charts_are_indexed_by_their_chart_yaml():
+    charts = ks.vendored_charts()
+    assert len(charts) == 10
+    for (name, version), archive in charts.items():
+        # helm package names the file <name>-<version>.tgz from the same Chart.yaml.
+        assert archive.name == f"{name}-{version}.tgz"
+        assert ks.chart_file(archive, "Chart.yaml") is not None
+    assert ks.chart_file(ks.chart_archive("cert-manager"), "no-such-file") is None
 
 
 def test_composition_pipeline_passes():
@@ -641,18 +660,15 @@ def test_vendored_crds_match_provenance_checksums():
         assert digest == recorded[rel], f"{rel} was modified"
 
 
-def test_vendored_chart_files_match_provenance_blob_ids():
+def test_vendored_chart_packages_match_their_checksums():
+    """SHA256SUMS lists every package (and only them), PROVENANCE.md names each one."""
+    sums = (ks.CHART_DIR / "SHA256SUMS").read_text()
+    recorded = {name: digest for digest, name in (line.split("  ") for line in sums.splitlines())}
+    packages = sorted(p.name for p in ks.CHART_DIR.glob("*.tgz"))
+    assert sorted(recorded) == packages
+    assert len(packages) == 10
     provenance = (ks.CHART_DIR / "PROVENANCE.md").read_text()
-    recorded = dict(
-        re.findall(
-            r"^\| `charts/([^`]+)` \|.*\| `([0-9a-f]{40})` \| ok \|$", provenance, re.M
-        )
-    )
-    vendored = sorted(
-        p.relative_to(ks.CHART_DIR).as_posix() for p in ks.CHART_DIR.glob("*/*")
-    )
-    assert len(vendored) == 6
-    for rel in vendored:
-        data = (ks.CHART_DIR / rel).read_bytes()
-        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git blob id
-        assert blob == recorded[rel], f"{rel} was modified"
+    assert sorted(re.findall(r"^\| ([^ |]+\.tgz) \|", provenance, re.M)) == packages
+    for name in packages:
+        digest = hashlib.sha256((ks.CHART_DIR / name).read_bytes()).hexdigest()
+        assert digest == recorded[name], f"{name} was modified"

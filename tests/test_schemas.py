@@ -10,15 +10,9 @@ from __future__ import annotations
 import pytest
 from crossplane.function import resource
 
-from tests.kube_schema import validate, validate_values
+from tests.helm import UNVENDORED
+from tests.kube_schema import has_values_schema, validate, validate_values, vendored_charts
 from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, staged_control_plane
-
-# Release external name (= Helm release name) -> the chart whose schema applies.
-STRICT_CHARTS = {
-    "aws-ebs-csi-driver": "aws-ebs-csi-driver",
-    "pod-identity-webhook": "amazon-eks-pod-identity-webhook",
-    "cert-manager": "cert-manager",
-}
 
 COUNTS: dict[str, int] = {}
 
@@ -39,12 +33,17 @@ def test_every_composed_resource_validates(scenario: Scenario) -> None:
             if body["kind"] == "Release":
                 release = body["metadata"]["annotations"]["crossplane.io/external-name"]
                 assert len(release) <= 53, release
-                chart = STRICT_CHARTS.get(release)
-                if chart is not None:
+                # The chart's own values.schema.json, read from its vendored package
+                # (tests/test_helm.py renders every Release with helm as well).
+                chart = body["spec"]["forProvider"]["chart"]
+                key = (chart["name"], chart["version"])
+                if key not in vendored_charts():
+                    assert key in UNVENDORED.get(scenario.name, {}), f"{key} is not vendored"
+                elif has_values_schema(*key):
                     values = body["spec"]["forProvider"]["values"]
                     errors += [
                         f"step {rec.step} {name} values: {e}"
-                        for e in validate_values(chart, values)
+                        for e in validate_values(chart["name"], values, chart["version"])
                     ]
                     values_checked += 1
     assert not errors, "\n".join(errors[:20])
