@@ -17,6 +17,8 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
+from function import structs
+
 # kind -> (legacy apiVersion, namespaced apiVersion). Versions are each CRD's
 # storage version in provider-upjet-aws v2.6.0 / provider-helm v1.4.0 / Crossplane v2.3.
 KINDS: dict[str, tuple[str, str]] = {
@@ -36,6 +38,8 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 
 EXTERNAL_NAME = "crossplane.io/external-name"
+# Everything but Delete: keep reconciling, and on deletion forget the release.
+ORPHAN_MANAGEMENT_POLICIES = ("Observe", "Create", "Update", "LateInitialize")
 
 # Writes a body into an empty Struct: for bodies cheaper to put together in protobuf
 StructWriter = Callable[[struct_pb2.Struct], None]
@@ -49,6 +53,9 @@ class Flavour:
     aws_provider_config: str
     aws_provider_config_kind: str
     helm_provider_config: str
+    # Releases are deleted without a helm uninstall (DESIGN section 9): the
+    # workload cluster is going away, and an uninstall against it would hang.
+    orphan_releases: bool = False
 
     def api_version(self, kind: str) -> str:
         """The apiVersion of ``kind`` in this flavour."""
@@ -87,7 +94,30 @@ class Flavour:
     def release(self, spec: dict[str, Any], *, release_name: str) -> dict[str, Any]:
         """A provider-helm Release on the composed helm ProviderConfig."""
         spec = {**spec, "providerConfigRef": self._ref(self.helm_provider_config, "ProviderConfig")}
+        if self.orphan_releases:
+            spec.update(self._orphan_policy())
         return self._resource("Release", spec, external_name=release_name)
+
+    def _orphan_policy(self) -> dict[str, Any]:
+        # Namespaced managed resources have no deletionPolicy: leaving Delete out of
+        # the management policies is how they are told not to delete.
+        if self.namespaced:
+            return {"managementPolicies": list(ORPHAN_MANAGEMENT_POLICIES)}
+        return {"deletionPolicy": "Orphan"}
+
+    def orphaned_copy(self, release: struct_pb2.Struct) -> struct_pb2.Struct:
+        """An observed Release with the orphan policy set (to carry it over as it is)."""
+        out = struct_pb2.Struct()
+        out.CopyFrom(release)
+        out.fields["spec"].struct_value.update(self._orphan_policy())
+        return out
+
+    def is_orphaned(self, release: struct_pb2.Struct) -> bool:
+        """Whether an observed Release would be deleted without a helm uninstall."""
+        if self.namespaced:
+            policies = structs.strings_at(release, "spec", "managementPolicies")
+            return bool(policies) and not {"Delete", "*"} & set(policies)
+        return structs.str_at(release, "spec", "deletionPolicy") == "Orphan"
 
     def helm_provider_config_resource(
         self, *, namespace: str, kubeconfig_secret: str

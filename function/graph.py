@@ -104,8 +104,9 @@ class ConditionOut:
     status: str  # "True" | "False" | "Unknown"
     reason: str
     message: str
-    # Entering this state also emits a Warning result (once, on the transition).
-    warn: bool = False
+    # Entering this state also emits a result of this severity ("Warning" or
+    # "Normal"), once, on the transition; "" for none.
+    event: str = ""
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,11 @@ class Observed:
     def names(self) -> list[str]:
         """Every observed composition-resource-name."""
         return list(self._resources.keys())
+
+    @property
+    def resources(self) -> Mapping[str, fnv1.Resource]:
+        """The observed composed resources, as the request holds them."""
+        return self._resources
 
     def ready(self, name: str, readiness: Readiness = Readiness.CONDITION) -> bool:
         """Whether ``name`` is observed and ready under ``readiness``."""

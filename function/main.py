@@ -12,7 +12,7 @@ cold start pays only for what serving needs.
     function-cluster-plugin simulate XR.yaml [--required PATH]... [--input FILE]
         [--composition FILE] [--steps N] [--initialized-at N] [--available-at N]
         [--ready-delay N] [--fail NODE@STEP[+DURATION]]... [--all-steps] [--delay S]
-        [--crossplane-v1] [-o text|json]
+        [--delete-cluster-at N [--cluster-gone-after K]] [--crossplane-v1] [-o text|json]
     function-cluster-plugin issuer XR.yaml [--input FILE] [--composition FILE]
         [--required PATH]... [--region R] [-o text|yaml|json]
 """
@@ -330,6 +330,23 @@ def render_cmd(
     default=None,
     help="Seconds to pause between reconciles in the live view (default 0.05 on a terminal).",
 )
+@click.option(
+    "--delete-cluster-at",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Delete the CAPI cluster at reconcile N (the Cluster first, its control plane and "
+    "infrastructure from N+1) and play what follows: Releases orphaned, AWS resources kept "
+    "while the cluster exists, everything dropped once it is gone.",
+)
+@click.option(
+    "--cluster-gone-after",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    metavar="K",
+    help="With --delete-cluster-at: reconciles until the deleted cluster is no longer found.",
+)
 @_v1_option
 @click.option(
     "--output",
@@ -353,6 +370,8 @@ def simulate_cmd(
     faults: tuple[str, ...],
     all_steps: bool,
     delay: float | None,
+    delete_cluster_at: int | None,
+    cluster_gone_after: int,
     crossplane_v1: bool,
     output: str,
 ) -> None:
@@ -363,7 +382,9 @@ def simulate_cmd(
     composed resource, the reconcile it appeared at, what it waited for before, and
     when it became Ready; then when the XR became Ready and every deletion. Exits 1
     if the XR is not Ready at the end (or never was), anything was deleted, or the
-    function returned FATAL.
+    function returned FATAL. With --delete-cluster-at it plays the cluster's deletion
+    and exits 1 if anything was deleted while the cluster existed, a Release was
+    uninstalled, or anything was left once it was gone.
     """
     from function import render, simulate  # noqa: PLC0415
 
@@ -379,6 +400,8 @@ def simulate_cmd(
             faults=tuple(simulate.parse_fault(f) for f in faults),
             crossplane_v1=crossplane_v1,
             all_steps=all_steps,
+            delete_cluster_at=delete_cluster_at,
+            cluster_gone_after=cluster_gone_after,
         )
     except (render.RenderError, simulate.SimulateError) as err:
         raise click.UsageError(str(err)) from None

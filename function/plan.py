@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf import struct_pb2
 
-from function import structs
+from function import deletion, structs
 from function.addons import calico, ccm, csi, irsa, lbc, security_groups, vpc_cni
 from function.addons.helm import check_owned
 from function.flavour import StructWriter
@@ -39,6 +39,8 @@ from function.graph import (
 from function.spec import ClusterPluginSpec, IRSAMode
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
+PROTECT_CLUSTER_USAGE = "usage-helm-provider-config-cluster"
+CLUSTER_DELETING, CLUSTER_DELETED = "ClusterDeleting", "ClusterDeleted"
 
 # The add-ons, in status.plugins[] order. A new add-on is a module declaring an
 # ``Addon`` and one line here.
@@ -141,15 +143,19 @@ def _first_wait(ctx: Ctx, node: Node) -> Wait | None:
 class _Emitter:
     """Decides emit / carry over / hold back for nodes, and records the outcome."""
 
-    def __init__(self, ctx: Ctx, plan: Plan) -> None:
+    def __init__(self, ctx: Ctx, plan: Plan, hold_new: Wait | None = None) -> None:
         self.ctx = ctx
         self.plan = plan
         self.emitted: set[str] = set()
+        # Why nothing that does not exist yet is emitted (the cluster is going away).
+        self.hold_new = hold_new
 
     def node(self, node: Node) -> Wait | None:
         """Emit ``node`` if it may be; return why not otherwise."""
         ctx = self.ctx
         observed = ctx.observed.exists(node.name)
+        if not observed and self.hold_new is not None:
+            return self.hold_new
         # Gates decide only the first emission: an observed node is emitted again
         # whatever they say, so they are not even asked (issue 5).
         wait = None if observed else _first_wait(ctx, node)
@@ -162,11 +168,17 @@ class _Emitter:
         if body is None and not observed:
             return wait or Wait("unknown")
         carried = ctx.observed.get(node.name) if body is None else None
+        if carried is not None and ctx.flavour.orphan_releases and _is_release(carried):
+            carried = ctx.flavour.orphaned_copy(carried)
         self.plan.resources.append(
             DesiredResource(node.name, ctx.observed.ready(node.name, node.readiness), body, carried)
         )
         self.emitted.add(node.name)
         return None
+
+
+def _is_release(obj: struct_pb2.Struct) -> bool:
+    return "kind" in obj.fields and obj.fields["kind"].string_value == "Release"
 
 
 def _plugin_status(
@@ -309,18 +321,121 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
                 prev = (structs.str_at(c, "status"), structs.str_at(c, "reason"))
         if prev == (cond.status, cond.reason):
             continue
-        if cond.warn:
-            plan.results.append(ResultOut("Warning", cond.reason, cond.message))
+        if cond.event:
+            plan.results.append(ResultOut(cond.event, cond.reason, cond.message))
+
+
+def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None) -> None:
+    """Input.protectCluster: the helm ProviderConfig uses the CAPI Cluster (DESIGN section 9).
+
+    Crossplane's usage webhook then refuses to delete the Cluster until the
+    ProviderConfig is gone, which is after every Release was uninstalled; with
+    replayDeletion the refused deletion is sent again at that moment.
+    """
+    if not ctx.step.protect_cluster:
+        return
+    by, of = ctx.observed.ref(HELM_PROVIDER_CONFIG), ctx.facts.cluster_ref
+    if by is not None and of is not None and of[0] and hold_new is None:
+        plan.resources.append(
+            DesiredResource(
+                PROTECT_CLUSTER_USAGE,
+                ready=True,
+                body=ctx.flavour.usage(
+                    ctx.flavour.usage_end(of),
+                    ctx.flavour.usage_end(by),
+                    "the add-ons are uninstalled through this ProviderConfig before the "
+                    "cluster may go",
+                ),
+            )
+        )
+    elif ctx.observed.exists(PROTECT_CLUSTER_USAGE):
+        plan.resources.append(
+            DesiredResource(
+                PROTECT_CLUSTER_USAGE,
+                ready=True,
+                carried=ctx.observed.get(PROTECT_CLUSTER_USAGE),
+            )
+        )
+
+
+def _deleting_summary(ctx: Ctx, assessment: deletion.Assessment) -> ConditionOut:
+    record = assessment.record
+    what = ctx.facts.deleting or f"Cluster {ctx.facts.namespace}/{ctx.spec.cluster_name}"
+    uid = f" (uid {record.uid})" if record is not None and record.uid else ""
+    if assessment.stage is deletion.Stage.GONE:
+        message = (
+            f"Cluster {ctx.facts.namespace}/{ctx.spec.cluster_name}{uid} is gone: what was "
+            "composed is dropped once every Release is observed with the orphan policy"
+        )
+    else:
+        message = (
+            f"{what}{uid} is being deleted: the Releases take the orphan policy (nothing is "
+            "uninstalled from a cluster going away), nothing new is installed, and the AWS "
+            "resources stay until the cluster is gone"
+        )
+    return ConditionOut("PluginsReady", "False", CLUSTER_DELETING, message, event="Warning")
+
+
+def _deleted_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessment) -> Plan:
+    """Nothing composed: Crossplane deletes it all, the Releases without an uninstall."""
+    name = f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"
+    uid = assessment.record.uid if assessment.record is not None else ""
+    gone = f"Cluster {name}{f' (uid {uid})' if uid else ''} was deleted"
+    plan = Plan(held_back=True)
+    plan.status = {"roleARNs": {}, "plugins": []}
+    record = deletion.status(assessment)
+    if record is not None:
+        plan.status[deletion.STATUS_FIELD] = record
+    plan.conditions = [
+        ConditionOut(
+            "PluginsReady",
+            "False",
+            CLUSTER_DELETED,
+            f"{gone}: what this ClusterPlugin composed is deleted (the Releases without an "
+            "uninstall); a new Cluster of that name starts it again",
+            event="Normal",
+        ),
+        ConditionOut("SecurityGroupsReady", "Unknown", CLUSTER_DELETED, gone),
+    ]
+    # The add-ons' own conditions say the same, so none stays at its last value.
+    plan.conditions += [
+        ConditionOut(a.condition(ctx, {}).type, "Unknown", CLUSTER_DELETED, gone)
+        for a in ADDONS
+        if a.condition is not None
+    ]
+    # Quiet once everything is gone: only a new cluster changes anything.
+    plan.all_ready = not ctx.observed.names()
+    _transitions(xr, plan)
+    return plan
 
 
 def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
     """Compute the desired state, status, conditions and results of one call."""
+    assessment = deletion.assess(
+        ctx.facts,
+        ctx.spec.cluster_name,
+        deletion.read_record(xr, ctx.spec.cluster_name),
+        ctx.observed.resources,
+        ctx.flavour,
+    )
+    if assessment.drop_all:
+        return _deleted_plan(ctx, xr, assessment)
+    if assessment.orphan_releases:
+        ctx.flavour = dataclasses.replace(ctx.flavour, orphan_releases=True)
+    hold_new = None
+    if assessment.hold_new:
+        hold_new = Wait(
+            "cluster deletion",
+            "the cluster is being deleted: nothing new is installed",
+            reason=CLUSTER_DELETING,
+        )
+
     plan = Plan()
     plugins = [p for p in (b(ctx) for b in PLUGIN_BUILDERS) if p is not None]
     ctx.readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
     ctx.readiness[HELM_PROVIDER_CONFIG] = Readiness.EXISTS
 
-    emit = _Emitter(ctx, plan)
+    emit = _Emitter(ctx, plan, hold_new)
     emit.node(Node(HELM_PROVIDER_CONFIG, _helm_provider_config, readiness=Readiness.EXISTS))
     wanted = {HELM_PROVIDER_CONFIG}
     for plugin in plugins:
@@ -333,21 +448,27 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
         plan.held_back = plan.held_back or bool(held)
         plan.plugins.append(_plugin_status(ctx, plugin, held, emit.emitted))
     _usages(ctx, plan, wanted)
+    _protect_cluster(ctx, plan, hold_new)
 
     sg = security_groups.report(ctx, emit.emitted)
     plan.conditions = [
-        _summary(plan.plugins),
+        _deleting_summary(ctx, assessment) if assessment.hold_new else _summary(plan.plugins),
         ConditionOut(
             "SecurityGroupsReady",
             sg.status,
             sg.reason,
             sg.message,
-            warn=sg.status == "False" and sg.reason == "IngressRulesMissing",
+            event="Warning" if sg.status == "False" and sg.reason == "IngressRulesMissing" else "",
         ),
     ]
     phases = {p.name: p.phase for p in plan.plugins}
     plan.conditions += [a.condition(ctx, phases) for a in ADDONS if a.condition is not None]
     plan.status = _status(ctx, plugins, plan.plugins)
+    record = deletion.status(assessment)
+    if record is not None:
+        plan.status[deletion.STATUS_FIELD] = record
+    # The XR is not ready while its cluster goes away, whatever its plugins say.
+    plan.held_back = plan.held_back or assessment.hold_new
     plan.all_ready = not plan.held_back and all(p.phase == READY for p in plan.plugins)
     _transitions(xr, plan)
     return plan

@@ -18,6 +18,14 @@ reconciles STEP .. STEP+DURATION-1 (it is observed not Ready then, and Ready
 again from STEP+DURATION). The pseudo-node ``control-plane`` makes the workload
 control plane unavailable for those reconciles instead.
 
+Deleting the cluster (``delete_cluster_at``): at that reconcile the CAPI Cluster
+carries a deletionTimestamp, from the next one its control plane and
+infrastructure object too, and ``cluster_gone_after`` reconciles after it the
+cluster is gone. The run then passes if nothing was deleted while the cluster
+existed, every Release took the orphan policy within two reconciles of the
+function seeing the deletion, nothing was uninstalled (or left hanging in an
+uninstall), and everything composed was dropped once the cluster was gone.
+
 Stopping early: once the XR is Ready, every scheduled event (control-plane
 transitions, faults) is over and ``SETTLE_STEPS`` reconciles in a row changed
 nothing, the run stops: the remaining reconciles would print identical lines.
@@ -34,7 +42,7 @@ from typing import Any
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.world import World
+from function.world import World, orphaned
 
 CONTROL_PLANE = "control-plane"
 SETTLE_STEPS = 3
@@ -93,6 +101,15 @@ class Settings:
     faults: tuple[Fault, ...] = ()
     crossplane_v1: bool = False
     all_steps: bool = False
+    delete_cluster_at: int | None = None
+    cluster_gone_after: int = 4
+
+    @property
+    def cluster_gone_at(self) -> int | None:
+        """The reconcile from which the cluster is no longer found."""
+        if self.delete_cluster_at is None:
+            return None
+        return self.delete_cluster_at + self.cluster_gone_after
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -103,6 +120,8 @@ class Settings:
             "readyDelay": self.ready_delay,
             "faults": [f.as_dict() for f in self.faults],
             "crossplaneV1": self.crossplane_v1,
+            "deleteClusterAt": self.delete_cluster_at,
+            "clusterGoneAt": self.cluster_gone_at,
         }
 
 
@@ -113,6 +132,7 @@ class StepRecord:
     step: int
     initialized: bool
     available: bool
+    cluster: str = "present"  # present | deleting | gone
     faults: list[str] = field(
         default_factory=list
     )  # held not-ready (or unavailable) in this reconcile
@@ -145,6 +165,7 @@ class StepRecord:
         d: dict[str, Any] = {
             "step": self.step,
             "controlPlane": {"initialized": self.initialized, "available": self.available},
+            "cluster": self.cluster,
             "faults": self.faults,
             "created": self.created,
             "deleted": self.deleted,
@@ -170,9 +191,14 @@ class NodeTimeline:
     appeared: int
     ready: int | None = None
     waited_for: list[str] = field(default_factory=list)
+    kind: str = ""
     # reconciles where it went Ready -> not Ready, and where its desired body changed
     not_ready_again: list[int] = field(default_factory=list)
     changed: list[int] = field(default_factory=list)
+    # The reconcile Crossplane deleted it at, and (Releases) whether it was
+    # forgotten (orphan policy), uninstalled, or left hanging in an uninstall.
+    deleted: int | None = None
+    deletion: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -183,6 +209,8 @@ class NodeTimeline:
             "waitedFor": self.waited_for,
             "notReadyAgain": self.not_ready_again,
             "changed": self.changed,
+            "deleted": self.deleted,
+            "deletion": self.deletion,
         }
 
 
@@ -198,6 +226,13 @@ class Simulation:
     deletions: list[tuple[int, str]] = field(default_factory=list)
     stopped_early: bool = False
     unknown_faults: list[str] = field(default_factory=list)
+    # The cluster's deletion: when the function recorded it, when every Release had
+    # the orphan policy, uninstalls (and hung ones), and what is left at the end.
+    deletion_recorded_at: int | None = None
+    orphaned_at: int | None = None
+    uninstalls: list[tuple[int, str]] = field(default_factory=list)
+    hung: list[tuple[int, str]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
 
     @property
     def last_step(self) -> int:
@@ -219,6 +254,8 @@ class Simulation:
         out = []
         if self.fatal is not None:
             out.append(f"the function returned a FATAL result: {self.fatal}")
+        if self.settings.delete_cluster_at is not None:
+            return out + self._deletion_problems()
         if self.xr_ready_at is None:
             out.append(f"the XR never became Ready within {self.settings.steps} reconciles")
         elif not self.xr_ready_at_end:
@@ -229,6 +266,31 @@ class Simulation:
         if self.deletions:
             listed = ", ".join(f"{name} (reconcile {step})" for step, name in self.deletions)
             out.append(f"{len(self.deletions)} composed resource(s) deleted: {listed}")
+        return out
+
+    def _deletion_problems(self) -> list[str]:
+        s = self.settings
+        gone_at = s.cluster_gone_at or 0
+        out = []
+        early = [(step, name) for step, name in self.deletions if step < gone_at]
+        if early:
+            listed = ", ".join(f"{name} (reconcile {step})" for step, name in early)
+            out.append(f"deleted while the cluster existed: {listed}")
+        if self.uninstalls:
+            out.append(f"{len(self.uninstalls)} Release(s) uninstalled instead of forgotten")
+        if self.hung:
+            out.append(f"{len(self.hung)} Release(s) hang uninstalling from a cluster that is gone")
+        if self.deletion_recorded_at is None:
+            out.append("the function never saw the cluster being deleted")
+        elif self.orphaned_at is None or self.orphaned_at > self.deletion_recorded_at + 2:
+            out.append(
+                "the Releases did not all take the orphan policy within two reconciles of "
+                f"the deletion being seen (reconcile {self.deletion_recorded_at})"
+            )
+        if self.last_step >= gone_at and self.left:
+            out.append(f"{len(self.left)} composed resource(s) left after the cluster was gone")
+        elif self.last_step < gone_at:
+            out.append(f"the run ended before the cluster was gone (reconcile {gone_at})")
         return out
 
     @property
@@ -260,6 +322,11 @@ class Simulation:
             "lastStep": self.last_step,
             "stoppedEarly": self.stopped_early,
             "unknownFaults": self.unknown_faults,
+            "deletionRecordedAt": self.deletion_recorded_at,
+            "orphanedAt": self.orphaned_at,
+            "uninstalls": [{"step": step, "name": name} for step, name in self.uninstalls],
+            "hung": [{"step": step, "name": name} for step, name in self.hung],
+            "left": self.left,
             "ok": self.ok,
             "problems": self.problems(),
         }
@@ -309,7 +376,18 @@ class Simulator:
         self.world.held_down = {
             f.node for f in s.faults if f.node != CONTROL_PLANE and f.active(step + 1)
         }
+        if s.delete_cluster_at is not None and s.cluster_gone_at is not None:
+            if step == s.cluster_gone_at:
+                self.world.remove_cluster()
+            elif step >= s.delete_cluster_at:
+                # CAPI marks the Cluster first, its control plane and infrastructure after.
+                self.world.delete_cluster(cascade=step > s.delete_cluster_at)
         return initialized, available
+
+    def _cluster_state(self) -> str:
+        if self.world.cluster_gone:
+            return "gone"
+        return "deleting" if self.world.cluster_deleting else "present"
 
     def _record_waits(self, rsp: fnv1.RunFunctionResponse) -> dict[str, str]:
         waiting = {}
@@ -350,6 +428,7 @@ class Simulator:
             n,
             initialized,
             available,
+            cluster=self._cluster_state(),
             faults=sorted({f.node for f in self.settings.faults if f.active(n)}),
         )
         rsp = rec.response
@@ -369,7 +448,10 @@ class Simulator:
         out.desired_count, out.ready_count = len(rsp.desired.resources), len(ready_now)
         for name in sorted(rec.created):
             if name not in self.sim.nodes:
-                self.sim.nodes[name] = NodeTimeline(name, n, waited_for=self._waits.pop(name, []))
+                kind = self.world.composed[name].obj.get("kind", "")
+                self.sim.nodes[name] = NodeTimeline(
+                    name, n, waited_for=self._waits.pop(name, []), kind=kind
+                )
         for name in sorted(ready_now - self._ready):
             out.became_ready.append(name)
             node = self.sim.nodes.get(name)
@@ -387,13 +469,47 @@ class Simulator:
         if out.xr_ready and self.sim.xr_ready_at is None:
             self.sim.xr_ready_at = n
         self.sim.deletions.extend((n, name) for name in rec.deleted)
+        self._record_deletion(n, rsp)
         self.sim.steps.append(out)
         return out
 
+    def _record_deletion(self, n: int, rsp: fnv1.RunFunctionResponse) -> None:
+        world, sim = self.world, self.sim
+        for name in sorted(set(self.sim.nodes) - set(world.composed)):
+            node = sim.nodes[name]
+            if node.deleted is None:
+                node.deleted = n
+                node.deletion = next(
+                    ("uninstalled" for _, u in world.uninstalls if u == name),
+                    "forgotten" if node.kind == "Release" else "",
+                )
+        for _, name in world.hung:
+            if name in sim.nodes:
+                sim.nodes[name].deletion = "hung uninstalling"
+        sim.uninstalls, sim.hung = list(world.uninstalls), list(world.hung)
+        sim.left = sorted(world.composed)
+        if self.settings.delete_cluster_at is None:
+            return
+        status = resource.struct_to_dict(rsp.desired.composite.resource).get("status") or {}
+        if sim.deletion_recorded_at is None and status.get("clusterDeletion"):
+            sim.deletion_recorded_at = n
+        releases = [c for c in world.composed.values() if c.obj.get("kind") == "Release"]
+        if (
+            sim.deletion_recorded_at is not None
+            and sim.orphaned_at is None
+            and all(orphaned(c.obj) for c in releases)
+        ):
+            # Applied in this reconcile: observed so from the next one.
+            sim.orphaned_at = n + 1
+
     def _settled(self, rec: StepRecord) -> bool:
         s = self.settings
-        self._quiet_run = self._quiet_run + 1 if rec.quiet and rec.xr_ready else 0
-        pending = max([s.initialized_at, s.available_at, *(f.end for f in s.faults)])
+        # A deletion run settles once the cluster is gone and nothing is left.
+        done = rec.xr_ready if s.delete_cluster_at is None else not self.world.composed
+        self._quiet_run = self._quiet_run + 1 if rec.quiet and done else 0
+        pending = max(
+            [s.initialized_at, s.available_at, *(f.end for f in s.faults), s.cluster_gone_at or 0]
+        )
         return self._quiet_run >= SETTLE_STEPS and rec.step >= pending
 
     def run(self, on_step: Callable[[StepRecord], None] | None = None) -> Simulation:
@@ -419,6 +535,8 @@ def step_line(rec: StepRecord) -> str:
     """One plain line for a reconcile."""
     cp = "available" if rec.available else "initialized" if rec.initialized else "not initialized"
     parts = [f"reconcile {rec.step:>3}", f"control plane {cp}"]
+    if rec.cluster != "present":
+        parts.append(f"cluster {rec.cluster}")
     if rec.fatal is not None:
         return " | ".join([*parts, f"FATAL: {rec.fatal}"])
     parts.append(f"ready {rec.ready_count}/{rec.desired_count}")
@@ -446,6 +564,7 @@ def timeline_rows(sim: Simulation) -> list[tuple[str, ...]]:
             str(n.ready) if n.ready is not None else "never",
             ", ".join(map(str, n.not_ready_again)) or "-",
             ", ".join(map(str, n.changed)) or "-",
+            (f"{n.deleted} {n.deletion}".strip() if n.deleted is not None else n.deletion) or "-",
         )
         for n in sim.ordered_nodes()
     ]
@@ -458,6 +577,7 @@ TIMELINE_HEADER = (
     "ready",
     "not ready again",
     "changed",
+    "deleted",
 )
 
 
@@ -485,10 +605,29 @@ def summary_lines(sim: Simulation) -> list[str]:
     )
     played = f"reconciles played: {sim.last_step} of {s.steps}"
     if sim.stopped_early:
-        played += f" (stopped after {SETTLE_STEPS} quiet reconciles with the XR Ready)"
+        settled = "the XR Ready" if s.delete_cluster_at is None else "nothing left"
+        played += f" (stopped after {SETTLE_STEPS} quiet reconciles with {settled})"
     lines.append(played)
-    lines.append(f"deletions: {len(sim.deletions)}")
-    lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
+    if s.delete_cluster_at is not None:
+        recorded = sim.deletion_recorded_at
+        lines.append(
+            f"cluster: deleted at reconcile {s.delete_cluster_at} (control plane and "
+            f"infrastructure from {s.delete_cluster_at + 1}), gone from {s.cluster_gone_at}; "
+            f"the function recorded the deletion at {recorded if recorded else 'no reconcile'}, "
+            f"every Release orphaned from {sim.orphaned_at or 'never'}"
+        )
+        lines.append(
+            f"Releases uninstalled: {len(sim.uninstalls)}, hanging in an uninstall: "
+            f"{len(sim.hung)}; composed resources left: {len(sim.left)}"
+        )
+        lines.append(f"deletions: {len(sim.deletions)}")
+        if sim.deletions:
+            first = min(step for step, _ in sim.deletions)
+            last = max(step for step, _ in sim.deletions)
+            lines.append(f"  {len(sim.deletions)} at reconciles {first}-{last}")
+    else:
+        lines.append(f"deletions: {len(sim.deletions)}")
+        lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
     lines.extend(
         f"warning: --fail {name}: no composed resource of that name appeared"
         for name in sim.unknown_faults
@@ -540,13 +679,14 @@ def run_live(simulator: Simulator, *, delay: float = 0.0) -> Simulation:
         sim = simulator.run(on_step)
 
     table = Table(title="timeline", title_justify="left", expand=True)
-    name, appeared, waited, ready, again, changed = TIMELINE_HEADER
+    name, appeared, waited, ready, again, changed, deleted = TIMELINE_HEADER
     table.add_column(name, overflow="fold", ratio=3)
     table.add_column(appeared, justify="right", no_wrap=True, min_width=len(appeared))
     table.add_column(waited, overflow="fold", ratio=3)
     table.add_column(ready, justify="right", no_wrap=True, min_width=len(ready))
     table.add_column(again, overflow="fold", ratio=1)
     table.add_column(changed, overflow="fold", ratio=1)
+    table.add_column(deleted, overflow="fold", ratio=1)
     for row in timeline_rows(sim):
         table.add_row(*(Text(c) for c in row))
     console.print(table)
@@ -554,7 +694,7 @@ def run_live(simulator: Simulator, *, delay: float = 0.0) -> Simulation:
         style = "red" if line.startswith(("FAILED", "warning")) else ""
         console.print(Text(line, style=style))
     if sim.ok:
-        console.print(Text("OK: the XR became Ready and nothing was deleted", style="green"))
+        console.print(Text(_ok_line(sim), style="green"))
     return sim
 
 
@@ -568,5 +708,14 @@ def run_plain(simulator: Simulator, echo: Callable[[str], None]) -> Simulation:
     for line in summary_lines(sim):
         echo(line)
     if sim.ok:
-        echo("OK: the XR became Ready and nothing was deleted")
+        echo(_ok_line(sim))
     return sim
+
+
+def _ok_line(sim: Simulation) -> str:
+    if sim.settings.delete_cluster_at is not None:
+        return (
+            "OK: nothing deleted while the cluster existed, no uninstall, everything dropped "
+            "once it was gone"
+        )
+    return "OK: the XR became Ready and nothing was deleted"

@@ -11,7 +11,15 @@ It does what Crossplane does with the function's answers, nothing more:
   conditions (Ready from composed readiness, overridden by the desired
   composite's ``ready``);
 and what the providers do: a composed resource turns Ready a few reconciles
-after it is created (or never, while a fault holds it down) and reports an ARN.
+after it is created (or never, while a fault holds it down) and reports an ARN;
+a helm Release deleted without the orphan policy is uninstalled while the
+workload cluster exists, and hangs forever once it is gone (provider-helm
+cannot reach it: the Release never finalizes).
+
+And what Cluster API does when a cluster is deleted (``delete_cluster``): the
+Cluster, then its control plane and infrastructure object, carry a
+``deletionTimestamp``; ``remove_cluster`` takes them and their Secrets away;
+``recreate_cluster`` brings a new cluster of the same name (new uids).
 Used by the tests, by ``render`` (one reconcile) and by ``simulate``.
 """
 
@@ -42,6 +50,7 @@ class Composed:
     obj: dict[str, Any]
     created_at: int
     ready: bool = False
+    uninstalling: bool = False  # a Release stuck in its helm uninstall
 
 
 @dataclass
@@ -71,6 +80,34 @@ def _matches(sel: fnv1.ResourceSelector, obj: dict[str, Any], *, use_namespace: 
         return bool(meta.get("name") == sel.match_name)
     labels = meta.get("labels", {})
     return all(labels.get(k) == v for k, v in sel.match_labels.labels.items())
+
+
+CLUSTER_KINDS = frozenset(
+    {
+        "Cluster",
+        "KubeadmControlPlane",
+        "AWSManagedControlPlane",
+        "AWSCluster",
+        "AWSManagedCluster",
+    }
+)
+DELETION_TIMESTAMP = "2026-01-02T00:00:00Z"
+
+
+def _assign_uid(obj: dict[str, Any], generation: int) -> None:
+    """A uid as the API server gives one (deterministic here), and CAPI's owner references."""
+    meta = obj.setdefault("metadata", {})
+    if obj.get("kind") == "Cluster" and "uid" not in meta:
+        seed = f"{meta.get('namespace')}/{meta.get('name')}/{generation}"
+        digest = hashlib.sha256(seed.encode()).hexdigest()
+        meta["uid"] = f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def orphaned(release: dict[str, Any]) -> bool:
+    """Whether deleting this Release forgets it instead of uninstalling it."""
+    spec = release.get("spec", {})
+    policies = spec.get("managementPolicies", ["*"])
+    return spec.get("deletionPolicy") == "Orphan" or not {"Delete", "*"} & set(policies)
 
 
 def _group(api_version: str) -> str:
@@ -179,6 +216,15 @@ class World:
             or "us-east-1"
         )
         self.deletions: list[tuple[int, str]] = []
+        # Releases deleted with a helm uninstall, and those stuck uninstalling from a
+        # cluster that is gone: (reconcile, name).
+        self.uninstalls: list[tuple[int, str]] = []
+        self.hung: list[tuple[int, str]] = []
+        self.cluster_gone = False
+        self._removed: list[dict[str, Any]] = []
+        self._generation = 0
+        for obj in self.required:
+            _assign_uid(obj, self._generation)
 
     # --- the world outside the function -----------------------------------
 
@@ -198,6 +244,52 @@ class World:
         cp = self.control_plane()
         if cp is not None:
             set_control_plane(cp, initialized=initialized, available=available)
+
+    # --- Cluster API deleting and recreating the cluster -------------------
+
+    def _cluster_objects(self) -> list[dict[str, Any]]:
+        return [o for o in self.required if o.get("kind") in CLUSTER_KINDS]
+
+    def delete_cluster(self, *, cascade: bool = True) -> None:
+        """Delete the Cluster: it carries a deletionTimestamp.
+
+        With ``cascade`` its control plane and infrastructure object too (CAPI
+        deletes them after the machines, a little later).
+        """
+        for obj in self._cluster_objects():
+            if cascade or obj.get("kind") == "Cluster":
+                obj["metadata"].setdefault("deletionTimestamp", DELETION_TIMESTAMP)
+
+    @property
+    def cluster_deleting(self) -> bool:
+        """Whether an object of the cluster carries a deletionTimestamp."""
+        return any("deletionTimestamp" in o["metadata"] for o in self._cluster_objects())
+
+    def remove_cluster(self) -> None:
+        """The cluster is gone: its objects and Secrets are no longer found."""
+        self._removed = [copy.deepcopy(o) for o in self.required]
+        self.required = []
+        self.cluster_gone = True
+
+    def recreate_cluster(self) -> None:
+        """A new cluster of the same name: the same objects, new uids, not deleting."""
+        self._generation += 1
+        self.required = self._removed or self.required
+        self._removed = []
+        for obj in self.required:
+            obj["metadata"].pop("deletionTimestamp", None)
+            obj["metadata"].pop("uid", None)
+            for ref in obj["metadata"].get("ownerReferences", []):
+                ref.pop("uid", None)
+            _assign_uid(obj, self._generation)
+        uid = next(
+            (o["metadata"]["uid"] for o in self.required if o.get("kind") == "Cluster"), None
+        )
+        for obj in self.required:
+            for ref in obj["metadata"].get("ownerReferences", []):
+                if ref.get("kind") == "Cluster" and uid is not None:
+                    ref["uid"] = uid
+        self.cluster_gone = False
 
     def _visible_required(self) -> list[dict[str, Any]]:
         return [
@@ -288,6 +380,15 @@ class World:
         desired = dict(rsp.desired.resources.items())
         rec.desired = sorted(desired)
         for name in sorted(set(self.composed) - set(desired)):
+            c = self.composed[name]
+            if c.obj.get("kind") == "Release" and not orphaned(c.obj):
+                if self.cluster_gone:
+                    # provider-helm cannot reach the cluster: the Release never finalizes.
+                    if not c.uninstalling:
+                        c.uninstalling = True
+                        self.hung.append((self.step, name))
+                    continue
+                self.uninstalls.append((self.step, name))
             del self.composed[name]
             rec.deleted.append(name)
             self.deletions.append((self.step, name))
@@ -336,7 +437,8 @@ class World:
     def _write_xr(self, rsp: fnv1.RunFunctionResponse, *, all_ready: bool) -> None:
         desired = resource.struct_to_dict(rsp.desired.composite.resource)
         status = self.xr.setdefault("status", {})
-        for key in ("issuerURL", "oidcProviderARN", "roleARNs", "plugins"):
+        # What the function wrote last time and no longer writes goes (server-side apply).
+        for key in ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion"):
             status.pop(key, None)
         status.update(desired.get("status", {}))
         ready = all_ready and rsp.desired.composite.ready != fnv1.READY_FALSE
@@ -358,7 +460,10 @@ class World:
     def _tick(self) -> None:
         for c in self.composed.values():
             c.ready = (
-                c.name not in self.held_down and self.step - c.created_at + 1 >= self.ready_delay
+                c.name not in self.held_down
+                and self.step - c.created_at + 1 >= self.ready_delay
+                # provider-helm cannot reach a cluster that is gone.
+                and not (self.cluster_gone and c.obj.get("kind") == "Release")
             )
 
     def run(self, steps: int, *, before: Callable[[World], None] | None = None) -> list[Reconcile]:

@@ -10,6 +10,15 @@ Held: every deletion is exactly a node of a plugin removed at that reconcile (or
 naming one), nothing else is ever deleted, no call fails or hangs, and the XR always
 converges to Ready once the faults stop. Reproduce one schedule with its seed:
 ``pytest tests/test_faults.py -k 'seed-17'`` or ``play(17)``.
+
+Deletion schedules (``play(seed, delete=True)``) also delete the CAPI cluster mid-way
+(DESIGN section 9), remove it some reconciles later, and bring a new one of the same
+name back (sometimes before the function has let go of the old one). Held on top: while
+the cluster exists only removed plugins' nodes are deleted; once it is gone, everything
+composed is dropped within two reconciles, in one go; no Release is ever uninstalled
+after the deletion began, none ever hangs in an uninstall; the new cluster converges to
+Ready from scratch. Required objects are not hidden once the deletion has begun: after a
+recorded deletion, a cluster not found twice in a row is gone, by design.
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ FEATURE_PATHS = {
     "ebs": ("storage", "ebs"),
     "efs": ("storage", "efs"),
     "lbc": ("ingress", "awsLoadBalancerController"),
+    "ccm": ("cloudProvider", "aws"),
+    "externalDNS": ("dns", "externalDNS"),
 }
-AWS_ADDONS = {"amazonVPC", "ebs", "efs", "lbc"}
+AWS_ADDONS = {"amazonVPC", "ebs", "efs", "lbc", "externalDNS"}
 DEFAULT_SCHEDULES = 30
 
 
@@ -77,6 +88,8 @@ def owner(node: str) -> str:
         ("efs-", "efs"),
         ("lbc-", "lbc"),
         ("sg-lbc-", "lbc"),
+        ("ccm-", "ccm"),
+        ("external-dns-", "externalDNS"),
     ):
         if node.startswith(prefix):
             return feature
@@ -113,6 +126,8 @@ class Outcome:
     requests: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     deletions: int = 0
+    gone_at: int = 0
+    dropped_at: int | None = None
     flapped: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     changes: list[str] = field(default_factory=list)
@@ -147,11 +162,12 @@ def play(
     flap_rate: float | None = None,
     inner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
     prepare: Callable[[World], None] | None = None,
+    delete: bool = False,
 ) -> Outcome:
     """Play one random fault schedule; assert on every reconcile; return what it did.
 
     ``inner`` answers the requests (default ``fn.run``); ``prepare`` may change the world
-    (add objects) before the first reconcile.
+    (add objects) before the first reconcile; ``delete`` deletes the cluster mid-way.
     """
     rng = random.Random(seed)
     chosen = rng.choice(SCENARIOS)
@@ -187,14 +203,33 @@ def play(
         at(rng.randrange(2, steps), "capabilities", None)
     for _ in range(rng.choice([0, 0, 1, 2, 3])):
         at(rng.randrange(3, steps), "plugin", None)
+    delete_at = gone_at = back_at = steps + 1
+    if delete:
+        delete_at = rng.randrange(avail_at + 1, steps - 6)
+        gone_at = delete_at + rng.randrange(2, 6)
+        # Sometimes the new cluster is there before the function let go of the old one.
+        back_at = gone_at + rng.choice([1, 2, 4, 8])
+        out.gone_at = gone_at
+        steps = max(steps, back_at + 4)
 
     cp_down_until = -1
     cp_state = "starting"
     hides: list[tuple[set[str], int]] = []
     known: set[str] = set()
 
+    recorded_at: int | None = None
     for step in range(1, steps + 1):
         # --- the world changes -------------------------------------------------
+        if step == delete_at:
+            world.delete_cluster(cascade=False)
+            out.faults["cluster-deleted"] += 1
+        elif delete_at < step < gone_at:
+            world.delete_cluster()
+        elif step == gone_at:
+            world.remove_cluster()
+        elif step == back_at:
+            world.recreate_cluster()
+            out.faults["cluster-recreated"] += 1
         removed: set[str] = set()
         before_features = features(world.xr["spec"])
         for event, arg in events.get(step, []):
@@ -229,10 +264,10 @@ def play(
             world.set_control_plane(initialized=True, available=True)
         hidden: set[str] = set()
         for names, until in hides:
-            if step < until:
+            if step < until and step < delete_at:
                 hidden |= names
         cp = world.control_plane()
-        if step < cp_down_until and cp_state == "cp-unreadable" and cp is not None:
+        if step < min(cp_down_until, delete_at) and cp_state == "cp-unreadable" and cp is not None:
             hidden.add(f"{cp['kind']}/{cp['metadata']['name']}")
         world.hidden = hidden
         out.nodes |= set(world.composed)
@@ -247,10 +282,31 @@ def play(
         known |= set(world.composed) | composed_before
         assert rec.fatal is None, f"seed {seed} step {step}: FATAL {rec.fatal}"
         want = expected_deletions(composed_before, removed, known)
-        assert set(rec.deleted) == want, (
+        dropped = (
+            step > gone_at
+            and out.dropped_at is None
+            and set(rec.deleted) == composed_before
+            and bool(composed_before)
+        )
+        if dropped:
+            out.dropped_at = step
+        assert dropped or set(rec.deleted) == want, (
             f"seed {seed} ({scenario.name}) step {step}: deleted {sorted(rec.deleted)}, "
             f"expected exactly {sorted(want)} (removed plugins: {sorted(removed)})"
         )
+        if step >= gone_at + 2 and out.dropped_at is None:
+            # Gone, seen so twice: nothing of the old cluster's may be left.
+            assert world.composed == {} or step >= back_at, (
+                f"seed {seed} ({scenario.name}) step {step}: {sorted(world.composed)} left "
+                "after the cluster was gone"
+            )
+        assert world.hung == [], f"seed {seed}: Releases hang uninstalling: {world.hung}"
+        if recorded_at is None and "clusterDeletion" in world.xr["status"]:
+            recorded_at = step
+        # Once the function has seen the deletion, the Releases carry the orphan policy
+        # from the next reconcile: a plugin removed then is forgotten, not uninstalled.
+        late = [u for u in world.uninstalls if recorded_at is not None and u[0] > recorded_at]
+        assert not late, f"seed {seed} step {step}: uninstalled after the deletion: {late}"
         out.deletions += len(rec.deleted)
 
     # --- the faults stop: the XR converges ----------------------------------------
@@ -283,6 +339,18 @@ def record(o: Outcome) -> None:
 @pytest.mark.parametrize("seed", range(DEFAULT_SCHEDULES), ids=lambda s: f"seed-{s}")
 def test_random_fault_schedule(seed: int) -> None:
     record(play(seed))
+
+
+DELETION_SCHEDULES = 20
+
+
+@pytest.mark.parametrize("seed", range(DELETION_SCHEDULES), ids=lambda s: f"seed-{s}")
+def test_random_fault_schedule_with_the_clusters_deletion(seed: int) -> None:
+    o = play(10_000 + seed, delete=True)
+    assert o.dropped_at is not None, f"seed {10_000 + seed}: never dropped the old cluster's"
+    record(o)
+    gen.figure("faults", "cluster deletions")
+    gen.figure("faults", "reconciles from gone to dropped", o.dropped_at - o.gone_at)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

@@ -168,7 +168,7 @@ def condition(ctx: Ctx, phases: Mapping[str, str]) -> ConditionOut:
             "node.cloudprovider.kubernetes.io/uninitialized (and add-ons unscheduled) until a "
             "cloud controller manager runs; this ClusterPlugin does not install one: set "
             "spec.cloudProvider.aws, or install it otherwise (e.g. a ClusterResourceSet)",
-            warn=True,
+            event="Warning",
         )
     return ConditionOut(
         CONDITION,

@@ -1,0 +1,348 @@
+"""The cluster's own deletion (DESIGN section 9): orphan, keep, drop, start over; never hang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from function import simulate
+from function.world import World, orphaned
+from tests import kube_schema
+from tests.scenarios import SCENARIOS, Scenario, by_name, example
+
+# Both XR flavours, both Crossplane modes (and every other scenario but EKS's, whose
+# cluster is deleted the same way: it is in the parametrization too).
+DELETION_SCENARIOS = SCENARIOS
+AWS_KINDS = {
+    "Bucket",
+    "BucketOwnershipControls",
+    "BucketPublicAccessBlock",
+    "BucketPolicy",
+    "Object",
+    "OpenIDConnectProvider",
+    "Role",
+    "Policy",
+    "RolePolicyAttachment",
+    "SecurityGroupIngressRule",
+}
+
+
+def _ready_world(scenario: Scenario) -> World:
+    world = scenario.world(staged=False)
+    world.run(20)
+    assert world.xr_ready, scenario.name
+    return world
+
+
+def _releases(world: World) -> list[Any]:
+    return [c for c in world.composed.values() if c.obj["kind"] == "Release"]
+
+
+def _record(world: World) -> dict[str, str] | None:
+    return world.xr["status"].get("clusterDeletion")
+
+
+def _condition(world: World, typ: str) -> dict[str, Any]:
+    return next(c for c in world.xr["status"]["conditions"] if c["type"] == typ)
+
+
+@pytest.mark.parametrize("scenario", DELETION_SCENARIOS, ids=[s.name for s in DELETION_SCENARIOS])
+def test_cluster_first_orphan_keep_then_drop_without_uninstall(scenario: Scenario) -> None:
+    world = _ready_world(scenario)
+    ready_ttl = world.history[-1].ttl
+    composed = set(world.composed)
+    uid = next(o for o in world.required if o["kind"] == "Cluster")["metadata"]["uid"]
+
+    # CAPI marks the Cluster, then its control plane and infrastructure object.
+    world.delete_cluster(cascade=False)
+    first = world.reconcile()
+    world.delete_cluster()
+    second = world.reconcile()
+    # Crossplane 1.x never reads the Cluster: it sees the deletion one reconcile later.
+    seen_at = first if not world.crossplane_v1 else second
+    assert _record(world) == {"name": world.xr["spec"]["clusterName"], "uid": uid, "phase": "Deleting"}
+    rsp = seen_at.response
+    for name, r in rsp.desired.resources.items():
+        if r.resource.fields["kind"].string_value == "Release":
+            policies = r.resource.fields["spec"].struct_value
+            assert (
+                "managementPolicies" in policies.fields or "deletionPolicy" in policies.fields
+            ), name
+    # Within two reconciles of the deletion every Release is observed orphaned.
+    assert all(orphaned(c.obj) for c in _releases(world))
+    assert _releases(world), "the scenario composes Releases"
+    legacy = "namespace" not in world.xr["metadata"]
+    for c in _releases(world):
+        if legacy:
+            assert c.obj["spec"]["deletionPolicy"] == "Orphan"
+        else:
+            assert c.obj["spec"]["managementPolicies"] == ["Observe", "Create", "Update", "LateInitialize"]
+            assert "deletionPolicy" not in c.obj["spec"]
+        assert kube_schema.validate(c.obj | {"metadata": {"name": "x", **({} if legacy else {"namespace": "ns"})}}) == []
+    cond = _condition(world, "PluginsReady")
+    assert (cond["status"], cond["reason"]) == ("False", "ClusterDeleting")
+    assert uid in cond["message"]
+    assert not world.xr_ready
+
+    # Deleting for a while: nothing goes, AWS resources and Releases alike.
+    world.run(4)
+    assert set(world.composed) == composed
+    assert world.deletions == []
+
+    world.remove_cluster()
+    for _ in range(2):
+        world.reconcile()
+    assert world.composed == {}, sorted(world.composed)
+    assert {n for _, n in world.deletions} == composed
+    assert world.uninstalls == [] and world.hung == []
+    assert _record(world)["phase"] == "Deleted"
+    cond = _condition(world, "PluginsReady")
+    assert (cond["status"], cond["reason"]) == ("False", "ClusterDeleted")
+    assert world.xr["status"]["plugins"] == [] and world.xr["status"]["roleARNs"] == {}
+    assert not world.xr_ready
+    # Stays empty and quiet.
+    for rec in world.run(3):
+        assert rec.created == [] and rec.deleted == []
+        assert rec.ttl == ready_ttl
+
+
+def test_a_deletion_settles_in_few_reconciles() -> None:
+    """Measured for the issue note: reconciles from the deletion to everything dropped."""
+    for scenario in (by_name("selfhosted-full"), by_name("selfhosted-legacy-xr-v1")):
+        sim = simulate.Simulator(
+            *example(scenario.example) if scenario.mutate_xr is None else _mutated(scenario),
+            settings=simulate.Settings(
+                steps=40, delete_cluster_at=14, crossplane_v1=scenario.crossplane_v1
+            ),
+        ).run()
+        assert sim.ok, sim.problems()
+        assert sim.deletion_recorded_at == (15 if scenario.crossplane_v1 else 14)
+        assert sim.orphaned_at == sim.deletion_recorded_at + 1
+        drops = {step for step, _ in sim.deletions}
+        # Gone from 18: seen gone at 18, confirmed and dropped at 19.
+        assert drops == {19}
+
+
+def _mutated(scenario: Scenario) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    world = scenario.world(staged=False)
+    return world.xr, world.required
+
+
+def test_aws_resources_stay_while_the_cluster_is_deleting_however_long() -> None:
+    world = _ready_world(by_name("selfhosted-full"))
+    aws = {n for n, c in world.composed.items() if c.obj["kind"] in AWS_KINDS}
+    assert {"lbc-role", "lbc-role-attachment", "irsa-oidc-provider"} <= aws
+    world.delete_cluster()
+    world.run(30)
+    assert aws <= set(world.composed)
+    assert world.deletions == []
+
+
+def test_nothing_new_is_installed_into_a_cluster_being_deleted() -> None:
+    world = by_name("selfhosted-full").world(staged=False)
+    world.run(7)  # the add-on releases are not there yet
+    assert "ebs-release" not in world.composed
+    world.delete_cluster()
+    world.run(8)
+    assert "ebs-release" not in world.composed
+    plugins = {p["name"]: p for p in world.xr["status"]["plugins"]}
+    assert plugins["ebs-csi"]["waitingFor"] == "cluster deletion"
+    assert world.deletions == []
+
+
+def test_a_cluster_that_merely_vanishes_drops_nothing() -> None:
+    """No recorded deletion (a read that missed, or a deletion never seen): keep everything."""
+    world = _ready_world(by_name("selfhosted-full"))
+    composed = set(world.composed)
+    world.remove_cluster()  # gone without the function ever seeing it deleting
+    world.run(10)
+    assert set(world.composed) == composed
+    assert world.deletions == []
+    assert _record(world) is None
+    # The Releases took the orphan policy meanwhile (harmless): deleting the XR now
+    # could not hang on a helm uninstall.
+    assert all(orphaned(c.obj) for c in _releases(world))
+    # Back: the orphan policy is undone, nothing was ever deleted.
+    world.required, world.cluster_gone = world._removed, False
+    world.run(3)
+    assert not any(orphaned(c.obj) for c in _releases(world))
+    assert world.deletions == [] and world.xr_ready
+
+
+def test_one_read_that_misses_during_a_deletion_drops_nothing() -> None:
+    world = _ready_world(by_name("selfhosted-full"))
+    composed = set(world.composed)
+    world.delete_cluster()
+    world.run(2)
+    world.hidden = {f"{o['kind']}/{o['metadata']['name']}" for o in world.required}
+    rec = world.reconcile()
+    assert rec.deleted == [] and _record(world)["phase"] == "Gone"
+    world.hidden = set()
+    world.run(3)
+    assert set(world.composed) == composed and world.deletions == []
+    assert _record(world)["phase"] == "Deleting"
+
+
+def test_a_release_not_yet_seen_orphaned_holds_the_drop() -> None:
+    world = _ready_world(by_name("selfhosted-full"))
+    world.delete_cluster()
+    world.run(2)
+    world.remove_cluster()
+    world.reconcile()  # seen gone once
+    # As if the provider had not applied the policy yet: observed without it.
+    world.composed["ebs-release"].obj["spec"].pop("managementPolicies")
+    rec = world.reconcile()
+    assert rec.deleted == []
+    assert _record(world)["phase"] == "Gone"
+    assert orphaned(world.composed["ebs-release"].obj)  # applied again now
+    world.reconcile()
+    assert world.composed == {} and world.uninstalls == [] and world.hung == []
+
+
+@pytest.mark.parametrize("scenario", [by_name("selfhosted-full"), by_name("calico-legacy-claim-v1")], ids=lambda s: s.name)
+def test_a_new_cluster_of_the_same_name_starts_from_scratch(scenario: Scenario) -> None:
+    world = _ready_world(scenario)
+    old_uid = _cluster_uid(world)
+    world.delete_cluster()
+    world.run(2)
+    world.remove_cluster()
+    world.run(3)
+    assert world.composed == {}
+    world.recreate_cluster()
+    assert _cluster_uid(world) != old_uid
+    created = [n for rec in world.run(20) for n in rec.created]
+    assert world.xr_ready
+    assert _record(world) is None
+    assert "irsa-bucket" in created or "helm-provider-config" in created
+    assert not any(orphaned(c.obj) for c in _releases(world))
+    assert world.uninstalls == [] and world.hung == []
+
+
+def _cluster_uid(world: World) -> str:
+    for o in world.required:
+        if o["kind"] == "Cluster":
+            return o["metadata"]["uid"]
+    return ""
+
+
+def test_a_replacement_cluster_found_before_the_old_one_was_seen_gone() -> None:
+    """The old cluster went and a new one of the same name came between two calls."""
+    world = _ready_world(by_name("selfhosted-full"))
+    old = set(world.composed)
+    world.delete_cluster()
+    world.run(2)
+    world.remove_cluster()
+    world.recreate_cluster()
+    recs = world.run(3)
+    assert all(r.fatal is None for r in recs)
+    # Seen replaced, confirmed, everything dropped; only then the new cluster's.
+    assert [set(r.deleted) for r in recs] == [set(), old, set()]
+    assert recs[0].created == recs[1].created == [] and recs[2].created
+    world.run(20)
+    assert world.xr_ready and _record(world) is None
+    assert world.uninstalls == [] and world.hung == []
+
+
+def test_xr_first_deletion_uninstalls_from_the_live_cluster() -> None:
+    """Without a cluster deletion, Releases carry no policy: deleting the XR uninstalls them."""
+    world = _ready_world(by_name("selfhosted-full"))
+    for c in _releases(world):
+        assert "managementPolicies" not in c.obj["spec"]
+        assert not orphaned(c.obj)
+
+
+def test_an_uninstall_against_a_cluster_that_is_gone_hangs_in_the_world() -> None:
+    """The world's provider-helm: what the orphan policy is for (and the one case left).
+
+    A plugin removed from the spec while the cluster is unreachable is deleted with
+    the policy it was last applied with: without a recorded deletion that is an
+    uninstall, which cannot finish. The Release stays, as in a real cluster.
+    """
+    world = _ready_world(by_name("selfhosted-full"))
+    world.remove_cluster()
+    del world.xr["spec"]["storage"]["ebs"]
+    rec = world.reconcile()
+    assert world.hung == [(rec.step, "ebs-release")]
+    assert "ebs-release" in world.composed and "ebs-release" not in rec.deleted
+    world.run(3)
+    assert world.hung == [(rec.step, "ebs-release")], "recorded once"
+    assert world.uninstalls == []
+
+
+def test_protect_cluster_usage() -> None:
+    scenario = by_name("selfhosted-full")
+    world = scenario.world(staged=False)
+    world.step_input = {"protectCluster": True}
+    world.run(3)
+    usage = world.composed["usage-helm-provider-config-cluster"].obj
+    assert usage["apiVersion"] == "protection.crossplane.io/v1beta1"
+    assert usage["spec"]["of"] == {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "resourceRef": {"name": "demo"},
+    }
+    pc = world.composed["helm-provider-config"].obj
+    assert usage["spec"]["by"] == {
+        "apiVersion": pc["apiVersion"],
+        "kind": "ProviderConfig",
+        "resourceRef": {"name": pc["metadata"]["name"]},
+    }
+    assert usage["spec"]["replayDeletion"] is True
+    assert kube_schema.validate(usage) == []
+    # Without the input: no Usage of the Cluster.
+    plain = scenario.world(staged=False)
+    plain.run(3)
+    assert "usage-helm-provider-config-cluster" not in plain.composed
+
+
+@pytest.mark.parametrize("name", ["selfhosted-legacy-xr", "calico-legacy-claim"])
+def test_protect_cluster_is_refused_for_legacy_xrs(name: str) -> None:
+    world = by_name(name).world(staged=False)
+    world.step_input = {"protectCluster": True}
+    rec = world.reconcile()
+    assert rec.fatal is not None and rec.fatal.startswith("input.protectCluster: ")
+    assert world.composed == {}
+
+
+def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from function.main import cli
+
+    result = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "examples/selfhosted-full/xr.yaml",
+            "--required",
+            "examples/selfhosted-full/required",
+            "--delete-cluster-at",
+            "14",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "| cluster deleting |" in result.output
+    assert "| cluster gone |" in result.output
+    assert "the function recorded the deletion at 14, every Release orphaned from 15" in result.output
+    assert "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0" in result.output
+    assert "19 forgotten" in result.output
+    assert result.output.rstrip().endswith(
+        "OK: nothing deleted while the cluster existed, no uninstall, everything dropped once it was gone"
+    )
+
+
+def test_simulate_fails_a_deletion_the_function_never_sees() -> None:
+    # Gone one reconcile after it was marked: Crossplane 1.x only reads the control plane,
+    # marked one reconcile after the Cluster, so the deletion is never seen.
+    xr, required = _mutated(by_name("selfhosted-legacy-xr-v1"))
+    sim = simulate.Simulator(
+        xr,
+        required,
+        settings=simulate.Settings(
+            steps=30, delete_cluster_at=14, cluster_gone_after=1, crossplane_v1=True
+        ),
+    ).run()
+    assert not sim.ok
+    assert "the function never saw the cluster being deleted" in sim.problems()
+    assert sim.deletions == []  # and, never having seen it, drops nothing
