@@ -1,10 +1,10 @@
 """Serve a floor function (no-op or echo) exactly as ``function-cluster-plugin serve`` serves.
 
-    python benchmarks/floor_server.py --kind noop|echo [SDK standard options]
+    python benchmarks/floor_server.py --kind noop|echo [serve's options]
 
-Same SDK entry point (``crossplane.function.cli.run`` -> ``runtime.serve``), same
-flags, so loopback figures compare like with like. Imports only the SDK and
-this directory, so its cold start is the SDK's own.
+Same serve loop (``function.server``: drain, health, the SDK's flags) and the same
+flags, so loopback figures compare like with like. Imports only the SDK, that loop
+and this directory, not the function, so its cold start is the loop's own.
 """
 
 from __future__ import annotations
@@ -14,19 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import click
-from crossplane.function import cli as sdkcli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from floors import FloorRunner
+
+from function.main import serve_options
+from function.server import ServeOptions, serve
 
 
 @click.command()
 @click.option("--kind", type=click.Choice(["noop", "echo"]), required=True)
-@sdkcli.standard_options
-def main(kind: str, **kwargs: Any) -> None:
+@serve_options
+def main(kind: str, *, debug: bool, **kwargs: Any) -> None:
     """Serve the floor function ``kind``."""
-    sdkcli.run(FloorRunner(kind), **kwargs)
+    serve(ServeOptions(**kwargs), lambda _metrics: FloorRunner(kind), debug=debug)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,8 @@ class Server:
     name: str
     argv: list[str]
     log_path: Path
+    # More flags; "{free_port}" in one becomes a free loopback port at each spawn.
+    extra: list[str] = field(default_factory=list)
     tls_server_dir: Path | None = None
     tls_client_dir: Path | None = None
     port: int = 0
@@ -126,6 +129,7 @@ class Server:
     started_at: float = 0.0
     listening_s: float = 0.0
     memory_at_start: dict[str, int] = field(default_factory=dict)
+    resolved: list[str] = field(default_factory=list)  # ``extra`` as last spawned
 
     @property
     def target(self) -> str:
@@ -140,7 +144,7 @@ class Server:
 
     def command(self) -> list[str]:
         """The full command line."""
-        argv = [*self.argv, "--address", self.target]
+        argv = [*self.argv, *self.resolved, "--address", self.target]
         if self.tls_server_dir is None:
             return [*argv, "--insecure"]
         return [*argv, "--tls-server-certs-dir", str(self.tls_server_dir)]
@@ -148,6 +152,7 @@ class Server:
     def spawn(self) -> subprocess.Popen[bytes]:
         """Exec the server on a free port (as shipped: see ``server_env``); do not wait."""
         self.port = free_port()
+        self.resolved = [a.replace("{free_port}", str(free_port())) for a in self.extra]
         with self.log_path.open("ab") as log:
             self.started_at = time.perf_counter()
             self.proc = subprocess.Popen(
@@ -188,6 +193,15 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
         return self.proc.returncode
+
+
+    def scrape(self) -> str:
+        """Its /metrics page (with --metrics-address), or "" without."""
+        if "--metrics-address" not in self.resolved:
+            return ""
+        address = self.resolved[self.resolved.index("--metrics-address") + 1]
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+            return r.read().decode()
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes], *, timeout: float) -> float:
@@ -361,9 +375,46 @@ def first_call(server: Server, request: bytes, *, timeout: float = 30.0) -> byte
         return rpc(request, timeout=timeout, wait_for_ready=True)
 
 
-def cold_start(argv: list[str], request: bytes, log_path: Path) -> dict[str, float]:
+async def _reconnects(server: Server, request: bytes, n: int) -> dict[str, float]:
+    on_one: list[float] = []
+    meter = CpuMeter(server.pid)
+    ch = channel(server)
+    async with ch:
+        rpc = ch.unary_unary(METHOD)
+        await rpc(request, timeout=30)
+        meter = CpuMeter(server.pid)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await rpc(request, timeout=30)
+        on_one.append(time.perf_counter() - t0)
+        call_cpu = meter.seconds()
+    meter = CpuMeter(server.pid)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        async with channel(server) as fresh:
+            await fresh.unary_unary(METHOD)(request, timeout=30)
+    wall = time.perf_counter() - t0
+    conn_cpu = meter.seconds()
+    return {
+        "connections": n,
+        "server_cpu_ms_per_call": round(call_cpu / n * 1e3, 3),
+        "server_cpu_ms_per_connection_and_call": round(conn_cpu / n * 1e3, 3),
+        "server_cpu_ms_per_reconnect": round((conn_cpu - call_cpu) / n * 1e3, 3),
+        "wall_ms_per_call": round(on_one[0] / n * 1e3, 3),
+        "wall_ms_per_reconnect": round((wall - on_one[0]) / n * 1e3, 3),
+    }
+
+
+def reconnect_cost(server: Server, request: bytes, n: int) -> dict[str, float]:
+    """What a new connection costs: ``n`` calls on one channel vs ``n`` on a fresh channel each."""
+    return asyncio.run(_reconnects(server, request, n))
+
+
+def cold_start(
+    argv: list[str], request: bytes, log_path: Path, extra: list[str] | None = None
+) -> dict[str, float]:
     """Seconds from exec until listening, and until the first RunFunction is answered."""
-    server = Server("cold", argv, log_path)
+    server = Server("cold", argv, log_path, extra=extra or [])
     try:
         proc = server.spawn()
         t0 = server.started_at

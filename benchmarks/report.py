@@ -173,7 +173,7 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
     ]
     if results.get("targets"):
         parts += [
-            "## Targets (issue 5), against the floors measured in the same run",
+            "## Targets (issues 5, 14, 15), against servers measured in the same run",
             "",
             _table(
                 ["target", "measured", "met"],
@@ -258,7 +258,9 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
             "",
             (
                 f"Real servers as child processes on 127.0.0.1 (`function-cluster-plugin serve`, "
-                f"`benchmarks/floor_server.py` on the same SDK entry point), insecure and mTLS "
+                f"`benchmarks/floor_server.py` on the same serve loop; `function-metrics` is the "
+                f"function with `--metrics-address` and a scrape each round, `function-age` with "
+                f"`--max-connection-age 3s`, each in the loads listed for it), insecure and mTLS "
                 f"(throw-away CA, RSA 2048), one HTTP/2 connection per load, as Crossplane keeps. "
                 f"The servers of a mode run side by side; each figure is {s['rounds']} rounds, "
                 f"each giving every server the same calls in turn ({s['calls']:,} calls in all per "
@@ -300,6 +302,42 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
                         r["listening_ms"],
                     ]
                     for key, r in lb.items()
+                ],
+            ),
+            "",
+        ]
+    recon = [(key, r["reconnect"]) for key, r in (lb or {}).items() if "reconnect" in r]
+    if recon:
+        parts += [
+            "### What a new connection costs",
+            "",
+            (
+                "The empty first request, one at a time: on one connection, then each on a "
+                "connection of its own (dial, HTTP/2 and for mTLS the TLS handshake, the call, "
+                "close). The difference is what a reconnect after a GOAWAY costs the server; "
+                "with `--max-connection-age 5m` each client connection pays it once per ~5 "
+                "minutes."
+            ),
+            "",
+            _table(
+                [
+                    "server",
+                    "connections",
+                    "server CPU ms/call",
+                    "server CPU ms/reconnect",
+                    "wall ms/call",
+                    "wall ms/reconnect",
+                ],
+                [
+                    [
+                        key,
+                        x["connections"],
+                        x["server_cpu_ms_per_call"],
+                        x["server_cpu_ms_per_reconnect"],
+                        x["wall_ms_per_call"],
+                        x["wall_ms_per_reconnect"],
+                    ]
+                    for key, x in recon
                 ],
             ),
             "",

@@ -39,6 +39,16 @@ BASELINE = ROOT / "benchmarks" / "results" / "baseline.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
 SECTIONS = ("inprocess", "scaling", "coldstart", "loopback")
 MIB = 1024
+# The function server as issue 14 and 15 run it, beside the plain one in the same rounds:
+# (extra serve flags, the phases it takes part in: (load, concurrency)).
+METRICS_ON = ["--metrics-address", "127.0.0.1:{free_port}"]
+AGE_S = 3
+CONNECTION_AGE = ["--max-connection-age", f"{AGE_S}s", "--max-connection-age-grace", "10s"]
+VARIANTS: dict[str, tuple[list[str], set[tuple[str, ...]]]] = {
+    "function-metrics": (METRICS_ON, {("full", "1"), ("full", "8"), ("full", "64"), ("first",)}),
+    "function-age": (CONNECTION_AGE, {("full", "8")}),
+}
+RECONNECTS = 300
 
 
 @contextlib.contextmanager
@@ -206,13 +216,17 @@ def run_scaling(wl: workload.Workload, *, iterations: int, warmup: int = 5) -> d
 def run_coldstart(wl: workload.Workload, *, repeats: int, tmp: Path) -> dict[str, Any]:
     """Exec until the first RunFunction (the empty first request) is answered."""
     req = wl.first.SerializeToString()
-    commands = {"function": loopback.function_command(), "noop": loopback.floor_command("noop")}
+    commands = {
+        "function": (loopback.function_command(), []),
+        "function-metrics": (loopback.function_command(), METRICS_ON),
+        "noop": (loopback.floor_command("noop"), []),
+    }
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in commands}
-    for name, argv in commands.items():  # one discarded run each: bytecode caches, page cache
-        loopback.cold_start(argv, req, tmp / f"cold-{name}.log")
+    for name, (argv, extra) in commands.items():  # one discarded run each: bytecode, page cache
+        loopback.cold_start(argv, req, tmp / f"cold-{name}.log", extra)
     for _ in range(repeats):
-        for name, argv in commands.items():
-            samples[name].append(loopback.cold_start(argv, req, tmp / f"cold-{name}.log"))
+        for name, (argv, extra) in commands.items():
+            samples[name].append(loopback.cold_start(argv, req, tmp / f"cold-{name}.log", extra))
     out: dict[str, Any] = {}
     for name, runs in samples.items():
         answered = [r["answered_s"] for r in runs]
@@ -233,7 +247,7 @@ def run_coldstart(wl: workload.Workload, *, repeats: int, tmp: Path) -> dict[str
 
 
 def _expected(kind: str, req: fnv1.RunFunctionRequest) -> int:
-    run = fn.run if kind == "function" else floors.RUNNERS[kind]
+    run = fn.run if kind.startswith("function") else floors.RUNNERS[kind]
     with quiet_stdout():
         return run(req).ByteSize()
 
@@ -278,7 +292,7 @@ def run_loopback(
     calls: int,
     main_calls: int,
     scale_calls: int,
-    kinds: tuple[str, ...] = ("function", "noop", "echo"),
+    kinds: tuple[str, ...] = ("function", "noop", "echo", "function-metrics", "function-age"),
     modes: tuple[str, ...] = ("insecure", "mtls"),
     concurrencies: tuple[int, ...] = (1, 8, 64),
     scaling: bool = True,
@@ -300,12 +314,15 @@ def run_loopback(
         servers: dict[str, loopback.Server] = {}
         for kind in kinds:
             argv = (
-                loopback.function_command() if kind == "function" else loopback.floor_command(kind)
+                loopback.function_command()
+                if kind.startswith("function")
+                else loopback.floor_command(kind)
             )
             servers[kind] = loopback.Server(
                 f"{kind}-{mode}",
                 argv,
                 tmp / f"{kind}-{mode}.log",
+                extra=VARIANTS.get(kind, ([], set()))[0],
                 tls_server_dir=server_dir if mode == "mtls" else None,
                 tls_client_dir=client_dir if mode == "mtls" else None,
             )
@@ -342,11 +359,16 @@ def run_loopback(
                     continue
                 log(f"loopback */{mode}: {'/'.join(where)}, concurrency {c}, {n} calls each")
                 body = req.SerializeToString()
-                expected = {kind: _expected(kind, req) for kind in servers}
+                taking = {
+                    k: s
+                    for k, s in servers.items()
+                    if k not in VARIANTS or where[:2] in VARIANTS[k][1]
+                }
+                expected = {kind: _expected(kind, req) for kind in taking}
                 per_round = max(1, n // rounds)
-                got: dict[str, list[dict[str, Any]]] = {kind: [] for kind in servers}
+                got: dict[str, list[dict[str, Any]]] = {kind: [] for kind in taking}
                 for r in range(min(rounds, n)):
-                    for kind, server in servers.items():
+                    for kind, server in taking.items():
                         x = loopback.load(
                             server,
                             body,
@@ -358,12 +380,20 @@ def run_loopback(
                             keep_latencies=True,
                         )
                         x.pop("rss_samples", None)
+                        # Scraped once a round, as Prometheus would now and then.
+                        x["scrape_bytes"] = len(server.scrape())
                         got[kind].append(x)
                 for kind, xs in got.items():
                     node = res[kind]
                     for key in where[:-1]:
                         node = node.setdefault(key, {})
                     node[where[-1]] = _combine(xs)
+            if "function" in servers and main_calls:
+                n = min(RECONNECTS, main_calls)
+                log(f"loopback function/{mode}: cost of a new connection, {n} of them")
+                res["function"]["reconnect"] = loopback.reconnect_cost(
+                    servers["function"], wl.first.SerializeToString(), n
+                )
             if mode == "insecure" and "function" in servers and main_calls:
                 res["function"]["soak"] = _soak(
                     servers["function"], wl, tmp=tmp, calls=main_calls, max_seconds=max_seconds
@@ -551,6 +581,65 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def serving(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issues 14 and 15: metrics on and a connection age against the plain server, same rounds."""
+    lb = results.get("loopback", {})
+    rows: list[dict[str, Any]] = []
+    for mode in ("insecure", "mtls"):
+        plain = lb.get(f"function/{mode}")
+        if not plain or "8" not in plain.get("full", {}):
+            continue
+        base = plain["full"]["8"]
+        for kind, limit, what in (
+            ("function-metrics", 1.03, "metrics on"),
+            ("function-age", 1.05, f"connection age {AGE_S}s"),
+        ):
+            other = lb.get(f"{kind}/{mode}", {}).get("full", {}).get("8")
+            if not other:
+                continue
+            cpu = statistics.median(_round_ratios(other, base, "server_cpu_ms_per_call"))
+            p99 = other["p99_ms"] / base["p99_ms"] if base["p99_ms"] else 0.0
+            rows.append(
+                {
+                    "target": f"{what} ({mode}, c=8): server CPU per call within "
+                    f"{limit - 1:.0%} of the plain server's",
+                    "measured": f"{other['server_cpu_ms_per_call']:.3f} vs "
+                    f"{base['server_cpu_ms_per_call']:.3f} ms: {cpu - 1:+.1%} (median of "
+                    f"{len(base['server_cpu_ms_per_call_rounds'])} side-by-side rounds); p99 "
+                    f"{other['p99_ms']:.2f} vs {base['p99_ms']:.2f} ms ({p99 - 1:+.1%}); errors "
+                    f"{sum(other['errors'].values())}",
+                    "met": cpu <= limit and not other["errors"],
+                    "ratio": round(cpu, 4),
+                    "p99_ratio": round(p99, 4),
+                }
+            )
+            on = lb[f"{kind}/{mode}"]
+            if kind == "function-metrics" and "first" in plain and "first" in on:
+                rss, rss_m = plain["first"]["rss_kib_end"], on["first"]["rss_kib_end"]
+                rows.append(
+                    {
+                        "target": f"metrics on ({mode}): RSS within 3% of the plain server's "
+                        "after the same loads",
+                        "measured": f"{rss_m / MIB:.1f} vs {rss / MIB:.1f} MiB "
+                        f"({rss_m / rss - 1:+.1%})",
+                        "met": rss_m <= rss * 1.03,
+                        "ratio": round(rss_m / rss, 4),
+                    }
+                )
+    cs = results.get("coldstart", {})
+    if "function-metrics" in cs and "function" in cs:
+        on, off = cs["function-metrics"], cs["function"]
+        rows.append(
+            {
+                "target": "metrics on: cold start (exec to first answer) < 500 ms",
+                "measured": f"{on['answered_ms_median']:.0f} ms vs "
+                f"{off['answered_ms_median']:.0f} ms off",
+                "met": on["answered_ms_median"] < 500,
+            }
+        )
+    return rows
+
+
 # --- main -------------------------------------------------------------------------------
 
 
@@ -565,7 +654,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=1_000, help="in-process samples")
     p.add_argument("--warmup", type=int, default=20, help="calls before measuring (loopback: 50)")
     p.add_argument("--coldstart-repeats", type=int, default=7)
-    p.add_argument("--kinds", default="function,noop,echo", help="loopback servers")
+    p.add_argument(
+        "--kinds",
+        default="function,noop,echo,function-metrics,function-age",
+        help="loopback servers",
+    )
     p.add_argument("--modes", default="insecure,mtls", help="loopback modes")
     p.add_argument("--max-seconds", type=float, default=900.0, help="cap on each load loop")
     p.add_argument("--rounds", type=int, default=5, help="side-by-side rounds per loopback figure")
@@ -642,7 +735,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     results["machine"]["loadavg_at_end"] = loadavg()
     results["fleet"] = fleet(results)
-    results["targets"] = targets(results)
+    results["targets"] = targets(results) + serving(results)
     results["duration_s"] = round(time.perf_counter() - t0, 1)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
