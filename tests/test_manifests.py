@@ -869,8 +869,20 @@ def test_cluster_role_covers_every_kind_the_examples_reference() -> None:
     assert needed <= granted, f"not granted: {sorted(needed - granted)}"
 
 
+# The ports Crossplane itself declares on every function's package-runtime container
+# (internal/controller/pkg/revision/runtime.go, runtime_function.go): the example must not
+# declare them again (older Crossplane appends, and Kubernetes rejects duplicate names).
+CROSSPLANE_PORTS = {"grpc": 9443, "metrics": 8080}
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
 def test_production_wiring_example() -> None:
-    """Function + DeploymentRuntimeConfig validate; 2 replicas, limits set, a PDB selects the pods."""
+    """The whole wiring validates; every serve flag parses; probes, ports and scraping agree."""
+    from function import main, server
+
     docs = list(yaml.safe_load_all((ROOT / "examples" / "production" / "function.yaml").read_text()))
     by_kind = {d["kind"]: d for d in docs}
     assert set(by_kind) == {"Function", "DeploymentRuntimeConfig", "PodDisruptionBudget"}
@@ -878,7 +890,8 @@ def test_production_wiring_example() -> None:
         assert validate(by_kind[kind]) == [], kind
     drc = by_kind["DeploymentRuntimeConfig"]["spec"]["deploymentTemplate"]["spec"]
     assert drc["replicas"] >= 2
-    (container,) = drc["template"]["spec"]["containers"]
+    pod = drc["template"]["spec"]
+    (container,) = pod["containers"]
     assert container["name"] == "package-runtime"
     assert container["resources"]["limits"]["memory"]
     assert container["resources"]["requests"]["cpu"]
@@ -887,3 +900,31 @@ def test_production_wiring_example() -> None:
     pdb = by_kind["PodDisruptionBudget"]
     assert pdb["spec"]["selector"]["matchLabels"] == {"pkg.crossplane.io/function": "function-cluster-plugin"}
     assert pdb["spec"]["minAvailable"] < drc["replicas"]
+
+    # Every arg is one `serve` accepts (parsed by the click command itself).
+    params = main.serve.make_context("serve", list(container["args"])).params
+    opts = server.ServeOptions(**{k: v for k, v in params.items() if k != "debug"})
+    # Drain: within the pod's grace period, with time to spare for the kubelet's SIGKILL.
+    assert 0 < opts.drain_grace < pod["terminationGracePeriodSeconds"]
+    # Health on a plaintext listener of its own (kubelet probes cannot speak mTLS); every
+    # probe asks it over gRPC; liveness outlasts a drain so a draining pod is not restarted.
+    health_port = _port(opts.health_address)
+    probes = {k: container[k] for k in ("startupProbe", "readinessProbe", "livenessProbe")}
+    for name, probe in probes.items():
+        assert probe["grpc"]["port"] == health_port, name
+    live = probes["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] > opts.drain_grace
+    # Ports: the probe port declared, nothing Crossplane declares repeated or reused.
+    declared = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert declared == {"health": health_port}
+    assert health_port not in CROSSPLANE_PORTS.values()
+    # Metrics on Crossplane's own `metrics` port, scraped there.
+    assert _port(opts.metrics_address) == CROSSPLANE_PORTS["metrics"]
+    annotations = drc["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == _port(opts.metrics_address)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # Replicas share the load: connections age in minutes; Crossplane's pings are welcome.
+    assert 60 <= opts.max_connection_age <= 30 * 60
+    assert opts.max_connection_age_grace >= 10
+    assert opts.keepalive_permit_without_calls and opts.keepalive_min_ping_interval <= 60
