@@ -848,6 +848,20 @@ def _granted(role: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
+def test_protect_cluster_role_grants_what_crossplanes_usage_machinery_does_to_the_cluster() -> None:
+    """Only CAPI Clusters, only what the usage controller and webhook do to a used object."""
+    role = _load(APIS / "rbac" / "clusterrole-protect-cluster.yaml")
+    assert (role["apiVersion"], role["kind"]) == ("rbac.authorization.k8s.io/v1", "ClusterRole")
+    assert role["metadata"]["labels"]["rbac.crossplane.io/aggregate-to-crossplane"] == "true"
+    (rule,) = role["rules"]
+    assert rule["apiGroups"] == ["cluster.x-k8s.io"]
+    assert rule["resources"] == ["clusters"]
+    # get/update: the in-use label; patch: the deletion-attempt annotation; delete: the replay.
+    assert set(rule["verbs"]) == {"get", "list", "watch", "update", "patch", "delete"}
+    # The default role stays read-only, and says nothing of clusters' writes.
+    assert _load(CLUSTER_ROLE)["metadata"]["name"] != role["metadata"]["name"]
+
+
 def test_cluster_role_covers_every_kind_the_examples_reference() -> None:
     granted = _granted(_load(CLUSTER_ROLE))
     needed = set()
