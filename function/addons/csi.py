@@ -138,30 +138,26 @@ def efs_plugin(ctx: Ctx) -> Plugin | None:
     )
 
 
+def _driver_usages(driver: str, release: str, role: str) -> tuple[tuple[str, str, str], ...]:
+    return (
+        (release, role, f"the {driver} CSI driver uses this role until it is uninstalled"),
+        (
+            release,
+            "cni-release",
+            f"pods of the {driver} CSI driver need the CNI until they are gone",
+        ),
+        *role_usages(role),
+    )
+
+
 EBS = Addon(
     ebs_plugin,
     owned_values=(OwnedValues("spec.storage.ebs.values", lambda s: s.storage.ebs, EBS_OWNED),),
-    usages=(
-        ("ebs-release", "ebs-role", "the EBS CSI driver uses this role until it is uninstalled"),
-        (
-            "ebs-release",
-            "cni-release",
-            "pods of the EBS CSI driver need the CNI until they are gone",
-        ),
-        *role_usages("ebs-role"),
-    ),
+    usages=_driver_usages("EBS", "ebs-release", "ebs-role"),
 )
 
 EFS = Addon(
     efs_plugin,
     owned_values=(OwnedValues("spec.storage.efs.values", lambda s: s.storage.efs, EFS_OWNED),),
-    usages=(
-        ("efs-release", "efs-role", "the EFS CSI driver uses this role until it is uninstalled"),
-        (
-            "efs-release",
-            "cni-release",
-            "pods of the EFS CSI driver need the CNI until they are gone",
-        ),
-        *role_usages("efs-role"),
-    ),
+    usages=_driver_usages("EFS", "efs-release", "efs-role"),
 )
