@@ -12,8 +12,9 @@ keeps the SDK's behaviour otherwise (v1 and v1beta1 services, reflection, mTLS f
    (calls reach the function in the order they arrived);
 3. any call after those is refused with UNAVAILABLE before the function starts it
    (nothing computed: safe to retry, e.g. on another replica);
-4. once the server holds no call, ``server.stop`` sends GOAWAY and closes the
-   listeners (so core has nothing left to cancel), then the process exits 0.
+4. once the server holds no call and has refused none for a moment, ``server.stop``
+   sends GOAWAY and closes the listeners (so core has nothing left to cancel), then the
+   process exits 0.
 
 A call still running when ``--drain-grace`` runs out is cancelled (a call takes
 milliseconds; the grace is seconds). For replicas, connections end after
@@ -52,6 +53,12 @@ SERVICES = (V1_SERVICE, V1BETA1_SERVICE)
 MIB = 1024 * 1024
 # How often the drain asks grpc core whether it still holds a call.
 DRAIN_POLL_S = 0.005
+# grpc core cancels (CANCELLED) a call that arrives while the server stops, and channelz
+# counts a call only some time after it arrived: the drain stops the server once no call
+# is held and none has been refused for this long (clients told UNAVAILABLE back off), or
+# after DRAIN_QUIET_CAP_S of refusing, whichever comes first.
+DRAIN_QUIET_S = 0.05
+DRAIN_QUIET_CAP_S = 5.0
 REFUSED = "function-cluster-plugin is shutting down; the call was not started: retry it"
 
 
@@ -119,6 +126,7 @@ class Gate:
         self.entered = 0  # calls that reached the function (v1 and v1beta1)
         self.quota: int | None = None  # while draining: run calls up to this count
         self.refused = 0
+        self.last_refused = 0.0  # time.monotonic() of the last refusal
 
     def admit(self) -> bool:
         """Count a call reaching the function; whether to run it."""
@@ -127,6 +135,7 @@ class Gate:
         if quota is None or self.entered <= quota:
             return True
         self.refused += 1
+        self.last_refused = time.monotonic()
         return False
 
 
@@ -294,12 +303,21 @@ async def drain(served: Served, grace: float, log: Any) -> dict[str, Any]:
     gate.quota = gate.entered + held
     answered_from = gate.entered
     log.info("draining", calls_held=held, grace_seconds=grace)
-    while time.monotonic() < deadline:
-        if calls_held(served.server_id) <= served.health.watching:
-            break
+    quiet_since: float | None = None  # when the server last held nothing
+    refusing_since: float | None = None  # when the held calls were all done
+    while (now := time.monotonic()) < deadline:
+        if calls_held(served.server_id) > served.health.watching:
+            quiet_since = None
+        else:
+            quiet_since = quiet_since or now
+            refusing_since = refusing_since or now
+            quiet = now - max(quiet_since, gate.last_refused) >= DRAIN_QUIET_S
+            if quiet or now - refusing_since >= DRAIN_QUIET_CAP_S:
+                break
         await asyncio.sleep(DRAIN_POLL_S)
     # Nothing held now (or the grace is over): GOAWAY, close the listener; core has no
     # queued call left to cancel. Calls already in the function get what grace is left.
+    stop_at = time.monotonic()
     await served.server.stop(max(0.0, deadline - time.monotonic()))
     if served.probe is not None:
         await served.probe.stop(0)
@@ -310,6 +328,7 @@ async def drain(served: Served, grace: float, log: Any) -> dict[str, Any]:
         "answered": min(gate.entered, gate.quota) - answered_from,
         "refused": gate.refused,
         "seconds": round(time.monotonic() - t0, 3),
+        "stop_at": stop_at,
     }
     log.info("drained", **figures)
     return figures

@@ -5,7 +5,10 @@ Sizes (environment variables, defaults in brackets):
 - SOAK_SECRET_SCHEDULES [150]: fault schedules on the serve path at DEBUG, checked for leaks;
 - SOAK_CALLS [20000]: concurrent gRPC calls with short deadlines (64 in flight);
 - SOAK_MALFORMED [600]: each of random, truncated and bit-flipped payloads;
-- SOAK_SIGTERMS [8]: servers SIGTERMed while busy.
+- SOAK_SIGTERMS [8]: servers SIGTERMed while busy;
+- SOAK_DRAINS [5]: rounds of SIGTERM mid-burst at concurrency 1, 64 and 256 (tests/test_drain.py);
+- SOAK_AGE_SECONDS [40]: a channel calling through connection ages of 2 s (tests/test_connection_age.py);
+- SOAK_PINGS [3]: keepalive pings every 60 s on an idle connection, against serve's defaults.
 The property tests run beside these with HYPOTHESIS_PROFILE=soak (2000 examples where cheap).
 """
 
@@ -21,7 +24,7 @@ import pytest
 from crossplane.function import logging
 
 from tests import strategies as gen
-from tests import test_faults, test_grpc_robustness, test_secrets
+from tests import test_connection_age, test_drain, test_faults, test_grpc_robustness, test_secrets
 from tests.scenarios import SCENARIOS
 
 
@@ -113,3 +116,41 @@ def test_sigterm_soak() -> None:
     gen.figure("soak", "sigterm runs", _size("SOAK_SIGTERMS", 8))
     for k, v in totals.items():
         gen.figure("soak", f"sigterm {k}", v)
+
+
+def test_drain_soak() -> None:
+    """SIGTERM mid-burst, many times: never a CANCELLED call, every received call answered."""
+    totals: Counter[str] = Counter()
+    for _ in range(_size("SOAK_DRAINS", 5)):
+        for concurrency, calls in ((1, 40), (64, 300), (256, 400)):
+            burst = test_drain.drain_burst(concurrency, calls)
+            totals.update(o.code for o in burst.outcomes.values())
+    for k, v in totals.items():
+        gen.figure("soak", f"drain {k}", v)
+    assert totals["CANCELLED"] == 0
+
+
+def test_connection_age_soak() -> None:
+    """Many connection ages in a row: a reconnect per age, no failed call."""
+    import asyncio
+
+    seconds = float(_size("SOAK_AGE_SECONDS", 40))
+    with test_connection_age.serve("--max-connection-age", "2s", "--max-connection-age-grace", "5s", health=False) as srv:
+        codes, states = asyncio.run(test_connection_age.call_for(srv, seconds))
+    gen.figure("soak", "aged connections", states.reconnects())
+    assert set(codes) == {"OK"}, codes
+    assert states.reconnects() >= int(seconds / 2.5), states.seen
+
+
+def test_keepalive_every_60s_soak() -> None:
+    """A client pinging every 60 s with no call in flight, against serve's default policy."""
+    import asyncio
+
+    pings = _size("SOAK_PINGS", 3)
+    with test_connection_age.serve(health=False, env=test_connection_age.KEEPALIVE_TRACE) as srv:
+        states = asyncio.run(test_connection_age.idle_for(srv, 60.0 * pings + 10, test_connection_age.pinging(60_000)))
+        time.sleep(0.5)
+        strikes = test_connection_age.pings(srv.log())
+    gen.figure("soak", "60 s pings accepted", len(strikes))
+    assert len(strikes) >= pings and set(strikes) == {0}, strikes
+    assert states.seen == [], states.seen
