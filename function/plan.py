@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import deletion, structs
-from function.addons import calico, ccm, csi, irsa, lbc, security_groups, vpc_cni
+from function.addons import calico, ccm, csi, external_dns, irsa, lbc, security_groups, vpc_cni
 from function.addons.helm import check_owned
 from function.flavour import StructWriter
 from function.graph import (
@@ -52,6 +52,7 @@ ADDONS: tuple[Addon, ...] = (
     csi.EBS,
     csi.EFS,
     lbc.ADDON,
+    external_dns.ADDON,
 )
 
 PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for a in ADDONS)

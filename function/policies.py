@@ -108,3 +108,49 @@ def lbc_policy(partition: Partition) -> str:
     if partition.name == "aws":
         return doc
     return doc.replace('"arn:aws:', f'"arn:{partition.name}:')
+
+
+# external-dns needs these on each hosted zone it manages (upstream docs/tutorials/aws.md),
+# and ListHostedZones, which has no resource scope, to find them.
+EXTERNAL_DNS_ZONE_ACTIONS = (
+    "route53:ChangeResourceRecordSets",
+    "route53:ListResourceRecordSets",
+    "route53:ListTagsForResources",
+)
+
+
+def hosted_zone_arn(zone_id: str, partition: Partition) -> str:
+    """The ARN of a Route 53 hosted zone (Route 53 ARNs have no region or account)."""
+    return f"arn:{partition.name}:route53:::hostedzone/{zone_id}"
+
+
+@functools.lru_cache(maxsize=1024)
+def external_dns_policy(zone_ids: tuple[str, ...], partition: Partition) -> str:
+    """external-dns's policy: record changes in exactly ``zone_ids``, never ``hostedzone/*``.
+
+    The upstream example grants every zone of the account, so any cluster could
+    rewrite any other's records; here each role reaches only the zones its XR lists.
+    """
+    if not zone_ids:
+        # spec.py refuses an empty list; a policy without zones must never be written.
+        msg = "external-dns needs at least one hosted zone"
+        raise ValueError(msg)
+    return _compact(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ChangeRecordsInListedZones",
+                    "Effect": "Allow",
+                    "Action": list(EXTERNAL_DNS_ZONE_ACTIONS),
+                    "Resource": [hosted_zone_arn(z, partition) for z in zone_ids],
+                },
+                {
+                    "Sid": "ListHostedZones",
+                    "Effect": "Allow",
+                    "Action": "route53:ListHostedZones",
+                    "Resource": "*",
+                },
+            ],
+        }
+    )

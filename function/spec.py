@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -47,6 +48,17 @@ REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d+$")
 FILE_SYSTEM_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
 CIDR_V4 = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
 DURATION = re.compile(r"^(\d+h)?(\d+m)?(\d+s)?$")
+# Route 53 hosted zone ids: "Z" and upper-case letters and digits, at most 32 characters
+# (the API's HostedZone.Id length limit), e.g. Z0123456789ABC; without "/hostedzone/".
+HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,31}$")
+# A domain external-dns may manage: lower-case DNS labels of at most 63 characters, no
+# trailing dot; a leading dot limits it to subdomains (external-dns --domain-filter).
+DNS_NAME_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+DOMAIN_FILTER = re.compile(rf"^\.?({DNS_NAME_LABEL}\.)*{DNS_NAME_LABEL}$")
+DOMAIN_FILTER_MAX = 253
+# Zones one role may change: the policy lists each ARN and must fit a managed policy's
+# 6,144 characters even for 32-character ids in aws-us-gov (about 70 characters each).
+HOSTED_ZONES_MAX = 50
 
 
 S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
@@ -203,6 +215,109 @@ class CloudProviderSpec(_Strict):
     aws: AWSCloudProviderSpec | None = None
 
 
+class ExternalDNSPolicy(StrEnum):
+    """How external-dns synchronizes records (its --policy)."""
+
+    CREATE_ONLY = "create-only"
+    SYNC = "sync"
+    UPSERT_ONLY = "upsert-only"
+
+
+class HostedZoneType(StrEnum):
+    """Whether the listed hosted zones are public or private (external-dns --aws-zone-type)."""
+
+    PUBLIC = "public"
+    PRIVATE = "private"
+
+
+# Environment variables the function sets on external-dns: the AWS SDK reads the region
+# from them (AWS_REGION first), and a user's value would silently win over the function's.
+EXTERNAL_DNS_OWNED_ENV = ("AWS_DEFAULT_REGION", "AWS_REGION")
+
+
+def _hosted_zone_id(v: str) -> str:
+    if not HOSTED_ZONE_ID.match(v):
+        hint = " (give the id alone, without /hostedzone/)" if "hostedzone" in v else ""
+        msg = (
+            f"{v[:64]!r} is not a Route 53 hosted zone id: Z followed by upper-case letters "
+            f"and digits, at most 32 characters, e.g. Z0123456789ABC{hint}"
+        )
+        raise ValueError(msg)
+    return v
+
+
+def _domain_filter(v: str) -> str:
+    if len(v) > DOMAIN_FILTER_MAX or not DOMAIN_FILTER.match(v):
+        msg = (
+            f"{v[:64]!r} is not a DNS name such as example.com or .example.com (lower-case "
+            "letters, digits and '-' in labels of at most 63 characters, no trailing dot, at "
+            f"most {DOMAIN_FILTER_MAX} characters)"
+        )
+        raise ValueError(msg)
+    return v
+
+
+HostedZoneID = Annotated[str, AfterValidator(_hosted_zone_id)]
+DomainFilter = Annotated[str, AfterValidator(_domain_filter)]
+
+
+def _first_duplicate(items: list[str]) -> int | None:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item in seen:
+            return i
+        seen.add(item)
+    return None
+
+
+class ExternalDNSSpec(AddonSpec):
+    """external-dns (kubernetes-sigs chart), with an IRSA role for the listed hosted zones only."""
+
+    hosted_zone_ids: list[HostedZoneID] = Field(alias="hostedZoneIDs", max_length=HOSTED_ZONES_MAX)
+    domain_filters: list[DomainFilter] = Field(default_factory=list, alias="domainFilters")
+    policy: ExternalDNSPolicy = ExternalDNSPolicy.UPSERT_ONLY
+    zone_type: HostedZoneType | None = Field(default=None, alias="zoneType")
+
+    @model_validator(mode="after")
+    def _lists_and_env(self) -> ExternalDNSSpec:
+        # "<field>: <message>" names the exact field (see _first_error).
+        if not self.hosted_zone_ids:
+            msg = (
+                "hostedZoneIDs: must list at least one hosted zone: the role may change records "
+                "in the listed zones only (there is no grant on every zone)"
+            )
+            raise ValueError(msg)
+        for name, items in (
+            ("hostedZoneIDs", self.hosted_zone_ids),
+            ("domainFilters", self.domain_filters),
+        ):
+            dup = _first_duplicate(items)
+            if dup is not None:
+                msg = f"{name}[{dup}]: {items[dup]!r} is listed twice"
+                raise ValueError(msg)
+        env = self.values.get("env")
+        if env is None:
+            return self
+        if not isinstance(env, list):
+            msg = "values.env: must be a list of environment variables ({name, value})"
+            raise ValueError(msg)
+        for i, var in enumerate(env):
+            var_name = var.get("name") if isinstance(var, dict) else None
+            if var_name in EXTERNAL_DNS_OWNED_ENV:
+                msg = (
+                    f"values.env[{i}].name: {var_name} is set by the function (the cluster's "
+                    "region) and cannot be overridden in values; remove it"
+                )
+                raise ValueError(msg)
+        return self
+
+
+class DNSSpec(_Strict):
+    """DNS records for what the cluster exposes."""
+
+    external_dns: ExternalDNSSpec | None = Field(default=None, alias="externalDNS")
+
+
 class IRSAMode(StrEnum):
     """Where the OIDC issuer for IAM Roles for Service Accounts comes from."""
 
@@ -297,6 +412,7 @@ class ClusterPluginSpec(_Strict):
     cloud_provider: CloudProviderSpec = Field(
         default_factory=CloudProviderSpec, alias="cloudProvider"
     )
+    dns: DNSSpec = Field(default_factory=DNSSpec)
 
     @field_validator("cluster_name", "cluster_namespace")
     @classmethod
@@ -323,6 +439,7 @@ class ClusterPluginSpec(_Strict):
                 self.storage.ebs,
                 self.storage.efs,
                 self.ingress.aws_load_balancer_controller,
+                self.dns.external_dns,
             )
         )
 
@@ -417,6 +534,14 @@ class Charts(_Strict):
             version="0.0.11",
         ),
         alias="cloudControllerManager",
+    )
+    external_dns: ChartSource = Field(
+        default=ChartSource(
+            repository="https://kubernetes-sigs.github.io/external-dns",
+            name="external-dns",
+            version="1.21.1",
+        ),
+        alias="externalDNS",
     )
 
 
@@ -532,7 +657,7 @@ def _first_error(prefix: str, err: ValidationError) -> InvalidInputError:
     field = _field_path(prefix, e["loc"])
     msg = e["msg"].removeprefix("Value error, ")
     # Model-level checks name their sub-field as "<field>: <message>".
-    sub = re.match(r"^([A-Za-z][A-Za-z0-9]*): (.*)$", msg)
+    sub = re.match(r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\]|\.[A-Za-z][A-Za-z0-9]*)*): (.*)$", msg)
     if e["type"] == "value_error" and sub:
         field, msg = f"{field}.{sub.group(1)}", sub.group(2)
     if e["type"] == "extra_forbidden":

@@ -190,6 +190,29 @@ SCENARIOS = [
     ),
 ]
 
+# external-dns (examples/external-dns): both flavours, both non-aws partitions, EKS (External
+# IRSA) and without IRSA, so every guard over SCENARIOS covers it.
+_DNS = {"externalDNS": {"hostedZoneIDs": ["Z0123456789ABC"], "domainFilters": ["example.com"]}}
+SCENARIOS += [
+    Scenario("external-dns", "external-dns"),
+    Scenario("external-dns-legacy-xr", "external-dns", mutate_xr=_legacy),
+    Scenario("external-dns-legacy-xr-v1", "external-dns", mutate_xr=_legacy, crossplane_v1=True),
+    Scenario(
+        "external-dns-china",
+        "external-dns",
+        mutate_xr=_set("region", "cn-northwest-1"),
+        mutate_required=_region("cn-northwest-1"),
+    ),
+    Scenario(
+        "external-dns-govcloud",
+        "external-dns",
+        mutate_xr=_set("region", "us-gov-east-1"),
+        mutate_required=_region("us-gov-east-1"),
+    ),
+    Scenario("external-dns-irsa-disabled", "external-dns", mutate_xr=_set("irsa", {"mode": "Disabled"})),
+    Scenario("external-eks-dns", "external-eks", mutate_xr=_set("dns", _DNS)),
+]
+
 SCENARIO_IDS = [s.name for s in SCENARIOS]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from function.spec import (
     CROSSPLANE_SPEC_FIELDS,
@@ -123,13 +123,14 @@ EXAMPLE_XRS = _example_xrs()
 def test_the_fixture_lists_are_not_empty() -> None:
     # Guards the parametrized tests below against silently testing nothing.
     assert len(REQUIRED_FILES) >= 10
-    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 2
+    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 3
     assert {p.name for p in SCENARIOS} >= {
         "selfhosted-full",
         "calico-legacy-claim",
         "external-eks",
+        "external-dns",
     }
-    assert len(EXAMPLE_XRS) == 4
+    assert len(EXAMPLE_XRS) == 5
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
@@ -486,7 +487,7 @@ def _mirror_problems(
     if required != set(schema.get("required", [])):
         wanted = sorted(schema.get("required", []))
         yield f"{where}: model requires {sorted(required)}, schema {wanted}"
-    for alias, (name, f) in fields.items():
+    for alias, (_name, f) in fields.items():
         node = props.get(alias)
         if node is None:
             continue
@@ -517,8 +518,10 @@ def _mirror_problems(
         ):
             yield f"{here}: model default {default!r} missing from the schema"
         if "default" in node and f.default_factory is None:
-            # Compare through the model, so "30s" in the schema equals 30 in the model.
-            got = getattr(model.model_validate({alias: node["default"]}), name)
+            # Compare through the field's type, so "30s" in the schema equals 30 in the model
+            # (the field alone: a model may have other fields that are required).
+            field_type = typing.Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+            got = TypeAdapter(field_type).validate_python(node["default"])
             if got != default:
                 shown = node["default"]
                 yield f"{here}: schema default {shown!r} means {got!r}, not {default!r}"
@@ -635,6 +638,56 @@ SPEC_CASES: list[tuple[str, dict[str, Any]]] = [
     ),
     ("typo at the top", {"stroage": {}}),
     ("typo inside", {"networking": {"amazonVpc": {}}}),
+    (
+        "external-dns complete",
+        {
+            "dns": {
+                "externalDNS": {
+                    "version": "1.21.1",
+                    "hostedZoneIDs": ["Z0123456789ABC", "Z" + "A" * 31],
+                    "domainFilters": ["example.com", ".apps.example.org", "xn--bcher-kva.de"],
+                    "policy": "sync",
+                    "zoneType": "private",
+                    "values": {"interval": "2m"},
+                }
+            }
+        },
+    ),
+    ("external-dns without zones", {"dns": {"externalDNS": {}}}),
+    ("external-dns with no zone", {"dns": {"externalDNS": {"hostedZoneIDs": []}}}),
+    (
+        "external-dns with 51 zones",
+        {"dns": {"externalDNS": {"hostedZoneIDs": [f"Z{i:04d}" for i in range(51)]}}},
+    ),
+    (
+        "hosted zone id with /hostedzone/",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["/hostedzone/Z0123456789ABC"]}}},
+    ),
+    ("lower-case zone id", {"dns": {"externalDNS": {"hostedZoneIDs": ["z0123456789abc"]}}}),
+    ("zone id over 32", {"dns": {"externalDNS": {"hostedZoneIDs": ["Z" + "A" * 32]}}}),
+    ("zone listed twice", {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1", "Z1"]}}}),
+    (
+        "upper-case domain filter",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "domainFilters": ["Example.com"]}}},
+    ),
+    (
+        "domain filter with a trailing dot",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "domainFilters": ["example.com."]}}},
+    ),
+    (
+        "domain filter label over 63",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "domainFilters": ["a" * 64 + ".com"]}}},
+    ),
+    (
+        "domain filter listed twice",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "domainFilters": ["a.io", "a.io"]}}},
+    ),
+    (
+        "unknown external-dns policy",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "policy": "delete"}}},
+    ),
+    ("unknown zone type", {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "zoneType": "both"}}}),
+    ("typo in dns", {"dns": {"externalDns": {"hostedZoneIDs": ["Z1"]}}}),
     ("bad clusterName", {"clusterName": "Demo_1"}),
     ("empty clusterName", {"clusterName": ""}),
     ("long clusterName", {"clusterName": "a" * 64}),

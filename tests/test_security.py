@@ -133,7 +133,7 @@ def _secret_fragments(world: World) -> list[str]:
 
 
 # Scenarios in which the function asks for <cluster>-sa (SelfHosted IRSA).
-KEY_SCENARIOS = [s for s in SCENARIOS if s.example != "external-eks" and s.name != "irsa-disabled"]
+KEY_SCENARIOS = [s for s in SCENARIOS if s.example != "external-eks" and not s.name.endswith("irsa-disabled")]
 
 
 @pytest.mark.parametrize("scenario", KEY_SCENARIOS, ids=lambda s: s.name)
