@@ -35,6 +35,9 @@ untouched:
    ``function.policies`` names, and AdministratorAccess. Whether those ARNs
    exist in AWS is checked against moto's full copy of AWS's list in
    ``test_managed_policy_arns_exist_in_aws``.
+6. Route 53 hosted zone ids: moto draws 22 upper-case letters and digits, so most do
+   not start with ``Z`` as every AWS id does (and as ``spec.dns.externalDNS.hostedZoneIDs``
+   must). They get AWS's shape: ``Z`` and 20 more.
 
 moto still does NOT evaluate Condition blocks of identity policies (no request
 context is passed), so ``iam:PolicyARN`` on AttachRolePolicy is only checked
@@ -73,13 +76,15 @@ from function.policies import (
     MANAGED_POLICIES,
     STS_AUDIENCE,
     bucket_policy,
+    external_dns_policy,
     lbc_policy,
     managed_policy_arn,
     trust_policy,
 )
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "selfhosted-full"
+EXAMPLES = REPO / "examples"
+EXAMPLE = EXAMPLES / "selfhosted-full"
 ACCOUNT = "123456789012"  # moto's default account
 ADMIN = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 TLS_ONLY = {"Bool": {"aws:SecureTransport": "false"}}
@@ -216,7 +221,20 @@ def _patch_managed_policies() -> None:
     IAMBackend._init_aws_policies = init
 
 
+def _patch_zone_ids() -> None:
+    import random
+    import string
+
+    from moto.route53 import models
+
+    def zone_id(*_: Any, **__: Any) -> str:
+        return "Z" + "".join(random.choices(string.ascii_uppercase + string.digits, k=20))
+
+    models.create_route53_zone_id = zone_id
+
+
 def _patch_moto() -> None:
+    _patch_zone_ids()
     _patch_dispatch()
     _patch_bucket_policy()
     _patch_s3_action_names()
@@ -434,6 +452,8 @@ class Composed:
     provider_arn: str
     roles: dict[str, str] = field(default_factory=dict)  # addon -> role name
     lbc_policy_arn: str = ""
+    # addon -> ARN of the function's own (customer-managed) policy
+    policy_arns: dict[str, str] = field(default_factory=dict)
 
 
 def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -506,9 +526,26 @@ def compose(
             trust_overrides=trust_overrides or {},
             extra_attachments=extra_attachments or {},
         )
+        if addon.addon not in MANAGED_POLICIES:
+            out.policy_arns[addon.addon] = expected_policy_arn(target, account, addon.addon)
         if addon.addon == "lbc":
             out.lbc_policy_arn = expected_policy_arn(target, account, "lbc")
     return out
+
+
+def custom_policy(target: Target, addon: str) -> tuple[str, str]:
+    """(document, description) of an add-on's customer-managed policy, as the function writes it."""
+    if addon == "lbc":
+        return (
+            lbc_policy(target.partition),
+            "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
+        )
+    dns = target.spec.dns.external_dns
+    assert addon == "external-dns" and dns is not None, addon
+    return (
+        external_dns_policy(tuple(dns.hosted_zone_ids), target.partition),
+        "external-dns: records in the ClusterPlugin's hostedZoneIDs only",
+    )
 
 
 def _compose_role(
@@ -524,11 +561,12 @@ def _compose_role(
     iam = clients.iam
     tags = _tag_list({CLUSTER_TAG: target.owner_tag, "clusterplugin.dev/addon": addon.addon})
     if addon.addon not in MANAGED_POLICIES:
+        document, description = custom_policy(target, addon.addon)
         iam.create_policy(
             PolicyName=target.names.policy(addon.addon),
             Path=IAM_PATH,
-            PolicyDocument=lbc_policy(target.partition),
-            Description="AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
+            PolicyDocument=document,
+            Description=description,
             Tags=tags,
         )
     name = target.names.role(addon.addon)
@@ -552,3 +590,24 @@ def _compose_role(
 
 def example_target(sg_ids: dict[str, str] | None = None, **kw: Any) -> Target:
     return build_target(example_xr(), required=example_required(sg_ids), **kw)
+
+
+def target_of(
+    example: str,
+    sg_ids: dict[str, str] | None = None,
+    *,
+    mutate_xr: Any = None,
+    **kw: Any,
+) -> Target:
+    """The preflight target of ``examples/<example>`` (its XR changed by ``mutate_xr``)."""
+    xr = load_documents(EXAMPLES / example / "xr.yaml")[0]
+    if mutate_xr is not None:
+        mutate_xr(xr)
+    docs = load_all([EXAMPLES / example / "required"])
+    if sg_ids:
+        for d in docs:
+            if d.get("kind") == "AWSCluster":
+                groups = d["status"]["networkStatus"]["securityGroups"]
+                for role, gid in sg_ids.items():
+                    groups[role]["id"] = gid
+    return build_target(xr, required=docs, **kw)

@@ -68,7 +68,13 @@ class World:
     foreign_bucket: str
 
 
-def _setup(server: h.MotoServer, policy: dict[str, Any], *, name_prefix: str = "") -> World:
+def _setup(
+    server: h.MotoServer,
+    policy: dict[str, Any],
+    *,
+    name_prefix: str = "",
+    example: str = "selfhosted-full",
+) -> World:
     """Admin setup, then a user holding only ``policy``, then enforcement on."""
     server.reset()
     admin = h.make_clients(server.endpoint)
@@ -87,7 +93,7 @@ def _setup(server: h.MotoServer, policy: dict[str, Any], *, name_prefix: str = "
     admin.iam.attach_user_policy(UserName="crossplane-provider", PolicyArn=arn)
     key = admin.iam.create_access_key(UserName="crossplane-provider")["AccessKey"]
     step = {"namePrefix": name_prefix} if name_prefix else None
-    target = h.example_target(network.groups, step_input=step)
+    target = h.target_of(example, network.groups, step_input=step)
     server.enforce_iam()
     creds = {
         "aws_access_key_id": key["AccessKeyId"],
@@ -317,6 +323,52 @@ def _denied(fn: Callable[[], Any]) -> str:
     return _code(exc.value)
 
 
+def test_policy_lets_the_provider_manage_the_external_dns_policy_and_role(
+    server: h.MotoServer,
+) -> None:
+    """external-dns adds an IAM Policy, Role and attachment under /clusterplugin/, as the LBC does:
+    the provider policy needs no new action for them, which this shows under enforcement."""
+    w = _setup(server, provider_policy(account_id=h.ACCOUNT), example="external-dns")
+    composed = h.compose(w.user, w.target, public_pem=h.example_public_key())  # creates: allowed
+    assert set(composed.roles) == {"vpc-cni", "lbc", "external-dns"}
+    iam, call = w.user.iam, Calls()
+    role, policy = composed.roles["external-dns"], composed.policy_arns["external-dns"]
+    tag = [{"Key": "clusterplugin.dev/addon", "Value": "external-dns"}]
+    document = iam.get_policy_version(PolicyArn=policy, VersionId="v1")["PolicyVersion"]["Document"]
+    for label, fn in {
+        "iam:GetPolicy": lambda: iam.get_policy(PolicyArn=policy),
+        "iam:ListPolicyVersions": lambda: iam.list_policy_versions(PolicyArn=policy),
+        "iam:ListPolicyTags": lambda: iam.list_policy_tags(PolicyArn=policy),
+        "iam:TagPolicy": lambda: iam.tag_policy(PolicyArn=policy, Tags=tag),
+        "iam:UntagPolicy": lambda: iam.untag_policy(PolicyArn=policy, TagKeys=["clusterplugin.dev/addon"]),
+        # A changed hostedZoneIDs list is a new default version of the document.
+        "iam:CreatePolicyVersion": lambda: iam.create_policy_version(
+            PolicyArn=policy, PolicyDocument=json.dumps(document), SetAsDefault=True
+        ),
+        "iam:DeletePolicyVersion": lambda: iam.delete_policy_version(PolicyArn=policy, VersionId="v1"),
+        "iam:GetRole": lambda: iam.get_role(RoleName=role),
+        "iam:ListAttachedRolePolicies": lambda: iam.list_attached_role_policies(RoleName=role),
+        "iam:ListRolePolicies": lambda: iam.list_role_policies(RoleName=role),
+        "iam:ListInstanceProfilesForRole": lambda: iam.list_instance_profiles_for_role(RoleName=role),
+        "iam:TagRole": lambda: iam.tag_role(RoleName=role, Tags=tag),
+        "iam:UpdateAssumeRolePolicy": lambda: iam.update_assume_role_policy(
+            RoleName=role,
+            PolicyDocument=json.dumps(iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]),
+        ),
+        "iam:DetachRolePolicy": lambda: iam.detach_role_policy(RoleName=role, PolicyArn=policy),
+        "iam:DeleteRole": lambda: iam.delete_role(RoleName=role),
+        "iam:DeletePolicy": lambda: iam.delete_policy(PolicyArn=policy),
+    }.items():
+        call(label, fn)
+    assert call.denied == [], f"the provider policy lacks permissions for: {call.denied}"
+    assert len(call.allowed) == 16
+    # The same calls on another team's policy of that name outside the path stay denied.
+    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+    assert _denied(
+        lambda: iam.create_role(RoleName=role, Path="/", AssumeRolePolicyDocument=trust)
+    ) in DENIED
+
+
 def test_policy_denies_everything_outside_the_function_s_resources(server: h.MotoServer) -> None:
     w = _setup(server, provider_policy(account_id=h.ACCOUNT))
     s3, iam, ec2 = w.user.s3, w.user.iam, w.user.ec2
@@ -507,9 +559,10 @@ def test_default_prefixes_cover_every_name_the_function_derives(
             ("s3:PutObject", f"{bucket}/{JWKS_KEY}"),
             ("iam:CreateOpenIDConnectProvider", f"{iam}:oidc-provider/{issuer}"),
             ("iam:CreatePolicy", f"{iam}:policy{IAM_PATH}{names.policy('lbc')}"),
+            ("iam:CreatePolicy", f"{iam}:policy{IAM_PATH}{names.policy('external-dns')}"),
             *[
                 ("iam:CreateRole", f"{iam}:role{IAM_PATH}{names.role(a)}")
-                for a in ("vpc-cni", "ebs-csi", "efs-csi", "lbc")
+                for a in ("vpc-cni", "ebs-csi", "efs-csi", "lbc", "external-dns")
             ],
             (
                 "ec2:AuthorizeSecurityGroupIngress",

@@ -96,4 +96,6 @@ def make_clients(
         s3_anonymous=anonymous,
         iam=client("iam"),
         ec2=client("ec2"),
+        # Route 53 is global; boto3 finds its endpoint (and partition) from the region.
+        route53=client("route53"),
     )

@@ -7,9 +7,12 @@ those resources:
 - the issuer bucket (``<namePrefix>irsa-...``) with its ownership controls,
   public access block, bucket policy and tags, and its two discovery objects;
 - the IAM OIDC provider for that bucket's issuer URL;
-- add-on IAM roles and the Load Balancer Controller policy, all under the IAM
-  path ``/clusterplugin/``, and their policy attachments, restricted to the three
-  AWS-managed add-on policies and policies under that path;
+- add-on IAM roles and the customer-managed policies (the Load Balancer
+  Controller's, external-dns's), all under the IAM path ``/clusterplugin/``, and
+  their policy attachments, restricted to the three AWS-managed add-on policies and
+  policies under that path. external-dns's Route 53 grants are in its policy
+  *document*; creating that document needs no Route 53 permission, so the
+  provider gets none;
 - security-group ingress rules (and their tags).
 
 Not granted, on purpose:
