@@ -94,6 +94,7 @@ ALL_CHECKS = [
     *[f"role/{a}{s}" for a in ("vpc-cni", "ebs-csi", "efs-csi", "lbc") for s in ("", "/policies")],
     "security-groups/vpc-cni-all",
     "security-groups/lbc-webhook",
+    "deletion/external-resource-gc",
 ]
 
 
@@ -588,3 +589,53 @@ def test_namespace_and_region_sources() -> None:
     assert build_target(xr, region="eu-west-1").region == "eu-west-1"
     xr["spec"]["region"] = "us-west-2"
     assert build_target(xr, required=required, region="eu-west-1").region == "us-west-2"
+
+
+# --- the cluster's deletion: CAPA's external resource GC --------------------------------------
+
+
+def _with_gc_annotation(world: World, value: str | None) -> Target:
+    docs = h.example_required(world.network.groups)
+    for d in docs:
+        if d.get("kind") == "AWSCluster" and value is not None:
+            d["metadata"].setdefault("annotations", {})[
+                "aws.cluster.x-k8s.io/external-resource-gc"
+            ] = value
+    return build_target(h.example_xr(), required=docs)
+
+
+def test_external_resource_gc_turned_off_is_a_warning_with_the_fix(world: World) -> None:
+    report = world.run(target=_with_gc_annotation(world, "false"))
+    check = by_name(report)["deletion/external-resource-gc"]
+    assert check.status is pf.Status.WARN
+    assert "AWSCluster team-a/demo turns CAPA's external resource GC off" in check.message
+    assert "the AWS Load Balancer Controller and the cloud controller manager" in check.message
+    assert "remove the aws.cluster.x-k8s.io/external-resource-gc annotation" in check.fix
+    # A warning, not a failure: the same checks fail with and without it.
+    baseline = world.run(target=_with_gc_annotation(world, None))
+    failing = {c.name for c in report.checks if c.status is pf.Status.FAIL}
+    assert failing == {c.name for c in baseline.checks if c.status is pf.Status.FAIL}
+
+
+def test_external_resource_gc_on_by_default_passes(world: World) -> None:
+    for value in (None, "true"):
+        check = by_name(world.run(target=_with_gc_annotation(world, value)))[
+            "deletion/external-resource-gc"
+        ]
+        assert check.status is pf.Status.PASS, value
+
+
+def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world: World) -> None:
+    xr = h.example_xr()
+    del xr["spec"]["ingress"]
+    del xr["spec"]["cloudProvider"]
+    target = build_target(xr, required=h.example_required(world.network.groups))
+    assert "deletion/external-resource-gc" not in by_name(world.run(target=target))
+
+
+def test_external_resource_gc_unknown_without_the_awscluster(world: World) -> None:
+    xr = h.example_xr()
+    target = build_target(xr, region="us-east-1")
+    check = by_name(world.run(target=target))["deletion/external-resource-gc"]
+    assert check.status is pf.Status.WARN
+    assert check.message == "no AWSCluster given: cannot tell whether CAPA's external resource GC is on"

@@ -147,6 +147,9 @@ class Target:
     sg_managed: dict[str, str] = field(default_factory=dict)
     sg_overrides: dict[str, str] = field(default_factory=dict)
     awscluster_name: str = ""
+    # CAPA's aws.cluster.x-k8s.io/external-resource-gc annotation on the AWSCluster or
+    # AWSManagedControlPlane ("false" turns the garbage collection off); None: no such object.
+    external_resource_gc: str | None = None
 
     @property
     def cluster(self) -> str:
@@ -253,4 +256,15 @@ def build_target(
         sg_managed=managed,
         sg_overrides=overrides,
         awscluster_name=_str(infra, "metadata", "name") or spec.cluster_name,
+        external_resource_gc=_external_resource_gc(infra or control_plane),
     )
+
+
+EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"
+
+
+def _external_resource_gc(obj: dict[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(EXTERNAL_RESOURCE_GC, ""))

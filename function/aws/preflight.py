@@ -27,7 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 
 from function.addons import csi, external_dns, lbc, security_groups, vpc_cni
 from function.addons.security_groups import PortNeed
-from function.aws.inputs import CLUSTER_TAG, Target
+from function.aws.inputs import CLUSTER_TAG, EXTERNAL_RESOURCE_GC, Target
 from function.names import IAM_PATH, Partition
 from function.oidc import KeyProblemError, jwks_document
 from function.policies import (
@@ -891,6 +891,51 @@ def check_hosted_zones(route53: Any, spec: ExternalDNSSpec, account: str) -> lis
     return checks
 
 
+# --- the cluster's deletion ------------------------------------------------------------------
+
+
+def check_external_resource_gc(target: Target) -> Check | None:
+    """CAPA's external resource GC is on when a controller creates load balancers (DESIGN 9).
+
+    When the cluster is deleted, the load balancers of ``LoadBalancer`` Services and
+    Ingresses (made by the load balancer controller and the CCM) are not CAPA's: unless
+    its garbage collection removes them they stay, cost money and block the VPC's deletion.
+    """
+    spec = target.spec
+    makers = [
+        what
+        for what, wanted in (
+            ("the AWS Load Balancer Controller", spec.ingress.aws_load_balancer_controller),
+            ("the cloud controller manager", spec.cloud_provider.aws),
+        )
+        if wanted is not None
+    ]
+    if not makers:
+        return None
+    name = "deletion/external-resource-gc"
+    kind = "AWSManagedControlPlane" if target.eks else "AWSCluster"
+    if target.external_resource_gc is None:
+        msg = f"no {kind} given: cannot tell whether CAPA's external resource GC is on"
+        return Check(name, Status.WARN, msg, f"pass the cluster's {kind} with --required")
+    if target.external_resource_gc.lower() == "false":
+        return Check(
+            name,
+            Status.WARN,
+            f"{kind} {target.namespace}/{target.awscluster_name} turns CAPA's external resource "
+            f'GC off ({EXTERNAL_RESOURCE_GC}: "false"): when the cluster is deleted, the load '
+            f"balancers {' and '.join(makers)} made stay behind, cost money and block the "
+            "deletion of the VPC",
+            f"remove the {EXTERNAL_RESOURCE_GC} annotation (CAPA's default is on), or delete "
+            "every LoadBalancer Service and Ingress before deleting the cluster",
+        )
+    return Check(
+        name,
+        Status.PASS,
+        "CAPA's external resource GC removes the load balancers "
+        f"{' and '.join(makers)} made when the cluster is deleted",
+    )
+
+
 # --- security groups -------------------------------------------------------------------------
 
 
@@ -1092,4 +1137,7 @@ def run(target: Target, clients: Clients, phase: Phase = Phase.AUTO) -> Report:
     if spec.dns.external_dns is not None:
         report.checks += check_hosted_zones(clients.route53, spec.dns.external_dns, account)
     report.checks += check_security_groups(clients.ec2, target, after=after, strict=strict)
+    gc = check_external_resource_gc(target)
+    if gc is not None:
+        report.checks.append(gc)
     return report
