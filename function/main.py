@@ -185,7 +185,8 @@ _composition_option = click.option(
     "--composition",
     type=_FILE,
     help="Take the step input (and step name) from the pipeline step of this Composition whose "
-    "functionRef.name is function-cluster-plugin. --input wins over it.",
+    "functionRef.name is function-cluster-plugin-function-cluster-plugin (or "
+    "function-cluster-plugin). --input wins over it.",
 )
 _v1_option = click.option(
     "--crossplane-v1",

@@ -35,7 +35,11 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.world import COMPOSITION_RESOURCE_NAME, Composed, World
 
-FUNCTION_NAME = "function-cluster-plugin"
+# What the shipped Compositions call: the name Crossplane gives the function package
+# (xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin) when a Configuration
+# installs it. A Function installed by hand under the package's own name is found too.
+FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
+FUNCTION_NAMES = frozenset({FUNCTION_NAME, "function-cluster-plugin"})
 DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
 RESULT_API_VERSION = "render.crossplane.io/v1beta1"
 # crossplane render's conditionTime(): a fixed time, so output does not churn.
@@ -111,16 +115,16 @@ def load_one(path: str | Path, what: str) -> dict[str, Any]:
 def step_from_composition(
     docs: Sequence[dict[str, Any]], source: str = "the Composition"
 ) -> tuple[str, dict[str, Any]]:
-    """(step name, input) of the first pipeline step that calls function-cluster-plugin."""
+    """(step name, input) of the first pipeline step that calls this function (FUNCTION_NAMES)."""
     comps = [d for d in docs if d.get("kind") == "Composition"]
     if not comps:
         msg = f"{source}: no Composition found"
         raise RenderError(msg)
     for comp in comps:
         for step in comp.get("spec", {}).get("pipeline", None) or []:
-            if (step.get("functionRef") or {}).get("name") == FUNCTION_NAME:
+            if (step.get("functionRef") or {}).get("name") in FUNCTION_NAMES:
                 return str(step.get("step") or DEFAULT_STEP), dict(step.get("input") or {})
-    msg = f"{source}: no pipeline step has functionRef.name {FUNCTION_NAME}"
+    msg = f"{source}: no pipeline step has functionRef.name {' or '.join(sorted(FUNCTION_NAMES))}"
     raise RenderError(msg)
 
 

@@ -49,6 +49,9 @@ COMPOSITION_V1 = APIS / "v1" / "composition.yaml"
 INPUT_CRD = PACKAGE / "input" / "fn.clusterplugin.dev_inputs.yaml"
 CLUSTER_ROLE = APIS / "rbac" / "clusterrole.yaml"
 FUNCTION_NAME = "function-cluster-plugin"
+# What the Compositions call: the name Crossplane gives the function package
+# (xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin) when it installs it.
+FUNCTION_REF = "function-cluster-plugin-function-cluster-plugin"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 
 
@@ -282,7 +285,7 @@ def test_composition_targets_its_xrd_and_calls_the_function(
     assert [s["step"] for s in steps] == ["cluster-plugin"], (
         "one step only (no function-auto-ready)"
     )
-    assert steps[0]["functionRef"]["name"] == FUNCTION_NAME
+    assert steps[0]["functionRef"]["name"] == FUNCTION_REF
     assert _load(PACKAGE / "crossplane.yaml")["metadata"]["name"] == FUNCTION_NAME
 
 
@@ -965,7 +968,7 @@ def test_production_wiring_example() -> None:
     fn_ref = by_kind["Function"]["spec"]["runtimeConfigRef"]
     assert fn_ref["name"] == by_kind["DeploymentRuntimeConfig"]["metadata"]["name"]
     pdb = by_kind["PodDisruptionBudget"]
-    assert pdb["spec"]["selector"]["matchLabels"] == {"pkg.crossplane.io/function": "function-cluster-plugin"}
+    assert pdb["spec"]["selector"]["matchLabels"] == {"pkg.crossplane.io/function": FUNCTION_REF}
     assert pdb["spec"]["minAvailable"] < drc["replicas"]
 
     # Every arg is one `serve` accepts (parsed by the click command itself).

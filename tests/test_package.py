@@ -448,20 +448,18 @@ def test_packages_pin_the_tested_versions_to_the_function_release() -> None:
 
 
 def test_the_compositions_call_the_function_by_the_name_it_is_installed_under() -> None:
-    # Crossplane would name a Function it installs as a dependency after the repository
-    # (function-cluster-plugin-function-cluster-plugin); the Compositions call it
-    # function-cluster-plugin, so that Function must exist first, from the same package source
-    # the Configurations depend on (else Crossplane installs a second copy).
+    # Crossplane names a Function it installs as a dependency after the repository path, as a
+    # DNS label (function-cluster-plugin-function-cluster-plugin): the Compositions call it by
+    # that name, so the Configuration alone is a working install, and the production example
+    # (a Function installed beforehand, with its runtime config) uses the same name and source.
     package, _, name = function_source()
+    assert _dns_label(package.partition("/")[2]) == name
+    assert name == "function-cluster-plugin-function-cluster-plugin"
     for flavour in FLAVOURS:
         composition = _load_one(APIS / flavour / "composition.yaml")
         assert {s["functionRef"]["name"] for s in composition["spec"]["pipeline"]} == {name}
         deps = _meta(APIS / flavour)["spec"]["dependsOn"]
         assert package in {d.get("package") or d.get("function") for d in deps}
-    assert (
-        _dns_label(package.partition("/")[2]) == "function-cluster-plugin-function-cluster-plugin"
-    )
-    assert _dns_label(package.partition("/")[2]) != name
 
 
 def test_packages_say_rbac_is_separate() -> None:

@@ -263,6 +263,12 @@ def test_step_input_comes_from_the_composition_step_of_this_function(tmp_path: P
     path = tmp_path / "composition.yaml"
     path.write_text(yaml.safe_dump(comp))
     assert render.step_from_composition(render.load_documents([path]))[0] == "plugins"
+    # A Function installed by hand under the package's own name is found as well.
+    assert ours["functionRef"]["name"] == "function-cluster-plugin-function-cluster-plugin"
+    ours["functionRef"]["name"] = "function-cluster-plugin"
+    assert render.step_from_composition([comp])[0] == "plugins"
+    ours["functionRef"]["name"] = "function-cluster-plugin-function-cluster-plugin"
+    path.write_text(yaml.safe_dump(comp))
 
     ex = EXAMPLES / "selfhosted-full"
     r = invoke(
