@@ -407,3 +407,15 @@ def role_ready(role_node: str) -> Gate:
         return after(role_node, f"{role_node}-attachment")(ctx)
 
     return gate
+
+
+@functools.cache
+def addon_release_gates(role_node: str) -> tuple[Gate, ...]:
+    """The gates of an IRSA add-on's Release (DESIGN sections 4, 8, 10).
+
+    The control plane is available, the CNI runs, the CCM (when wanted) has initialized
+    the nodes, the add-on's role is ready, and the webhook that injects its credentials
+    runs (SelfHosted): started before any of these, its pods would not schedule, have
+    no network, or silently run on the node's role.
+    """
+    return (control_plane_available, cni_ready, ccm_ready, role_ready(role_node), webhook_ready)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
@@ -13,11 +12,7 @@ from function.graph import (
     Node,
     OwnedValues,
     Plugin,
-    ccm_ready,
-    cni_ready,
-    control_plane_available,
-    role_ready,
-    webhook_ready,
+    addon_release_gates,
 )
 from function.spec import IRSAMode
 
@@ -105,11 +100,6 @@ def _plugin(
     return Plugin(name, tuple(nodes), role_key=role_key, role_node=role)
 
 
-@functools.cache
-def _release_gates(role: str) -> tuple:
-    return (control_plane_available, cni_ready, ccm_ready, role_ready(role), webhook_ready)
-
-
 def ebs_plugin(ctx: Ctx) -> Plugin | None:
     """The EBS CSI plugin, when wanted."""
     if ctx.spec.storage.ebs is None:
@@ -119,7 +109,7 @@ def ebs_plugin(ctx: Ctx) -> Plugin | None:
         name="ebs-csi",
         role="ebs-role",
         sa=EBS_SA,
-        release_node=Node("ebs-release", ebs_release, _release_gates("ebs-role")),
+        release_node=Node("ebs-release", ebs_release, addon_release_gates("ebs-role")),
         role_key="ebs",
     )
 
@@ -133,7 +123,7 @@ def efs_plugin(ctx: Ctx) -> Plugin | None:
         name="efs-csi",
         role="efs-role",
         sa=EFS_SA,
-        release_node=Node("efs-release", efs_release, _release_gates("efs-role")),
+        release_node=Node("efs-release", efs_release, addon_release_gates("efs-role")),
         role_key="efs",
     )
 

@@ -15,19 +15,14 @@ import functools
 from typing import Any
 
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import oidc_ready, role_nodes, role_usages, tags
+from function.addons.iam import custom_policy_role_nodes, custom_policy_usages, tags
 from function.graph import (
     Addon,
     Ctx,
     Node,
     OwnedValues,
     Plugin,
-    after,
-    ccm_ready,
-    cni_ready,
-    control_plane_available,
-    role_ready,
-    webhook_ready,
+    addon_release_gates,
 )
 from function.names import IAM_PATH, Names, bounded
 from function.policies import external_dns_policy
@@ -133,30 +128,19 @@ def external_dns_release(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def _policy_arn(ctx: Ctx) -> str:
-    return ctx.arn_of(POLICY)
-
-
 @functools.cache  # two variants per process: the nodes are the module's constants
 def _plugin(*, irsa: bool) -> Plugin:
     nodes: list[Node] = []
     if irsa:
-        nodes.append(Node(POLICY, policy, (oidc_ready,)))
-        nodes += role_nodes(
+        nodes += custom_policy_role_nodes(
+            policy_node=POLICY,
+            policy=policy,
             node=ROLE,
             addon=IAM_NAME,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy_arn=_policy_arn,
-            policy_gates=(after(POLICY),),
         )
-    nodes.append(
-        Node(
-            RELEASE,
-            external_dns_release,
-            (control_plane_available, cni_ready, ccm_ready, role_ready(ROLE), webhook_ready),
-        )
-    )
+    nodes.append(Node(RELEASE, external_dns_release, addon_release_gates(ROLE)))
     return Plugin(PLUGIN, tuple(nodes), role_key="externalDNS", role_node=ROLE)
 
 
@@ -173,7 +157,6 @@ ADDON = Addon(
     usages=(
         (RELEASE, ROLE, "external-dns uses this role until it is uninstalled"),
         (RELEASE, "cni-release", "external-dns needs the CNI until it is gone"),
-        *role_usages(ROLE),
-        (f"{ROLE}-attachment", POLICY, "an attached policy cannot be deleted"),
+        *custom_policy_usages(ROLE, POLICY),
     ),
 )

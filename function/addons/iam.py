@@ -83,3 +83,43 @@ def role_nodes(
         Node(node, role, (oidc_ready,)),
         Node(f"{node}-attachment", attachment, (after(node), *policy_gates)),
     )
+
+
+@functools.cache
+def _arn_of(node: str) -> Callable[[Ctx], str]:
+    def arn(ctx: Ctx) -> str:
+        return ctx.arn_of(node)
+
+    return arn
+
+
+@functools.cache  # arguments are the add-ons' constants: the nodes are made once
+def custom_policy_role_nodes(
+    *,
+    policy_node: str,
+    policy: Callable[[Ctx], dict[str, Any]],
+    node: str,
+    addon: str,
+    namespace: str,
+    service_account: str,
+) -> tuple[Node, Node, Node]:
+    """An add-on's own Policy, then its role and the attachment of that policy."""
+    return (
+        Node(policy_node, policy, (oidc_ready,)),
+        *role_nodes(
+            node=node,
+            addon=addon,
+            namespace=namespace,
+            service_account=service_account,
+            policy_arn=_arn_of(policy_node),
+            policy_gates=(after(policy_node),),
+        ),
+    )
+
+
+def custom_policy_usages(role: str, policy_node: str) -> tuple[tuple[str, str, str], ...]:
+    """Deletion order of a role with its own policy: role_usages, and the policy last."""
+    return (
+        *role_usages(role),
+        (f"{role}-attachment", policy_node, "an attached policy cannot be deleted"),
+    )

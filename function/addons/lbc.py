@@ -6,7 +6,7 @@ from typing import Any
 
 from function.addons import security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import oidc_ready, role_nodes, role_usages, tags
+from function.addons.iam import custom_policy_role_nodes, custom_policy_usages, tags
 from function.graph import (
     Addon,
     Ctx,
@@ -15,12 +15,7 @@ from function.graph import (
     OwnedValues,
     Plugin,
     Wait,
-    after,
-    ccm_ready,
-    cni_ready,
-    control_plane_available,
-    role_ready,
-    webhook_ready,
+    addon_release_gates,
 )
 from function.names import IAM_PATH
 from function.policies import lbc_policy
@@ -83,32 +78,21 @@ def lbc_release(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def _policy_arn(ctx: Ctx) -> str:
-    return ctx.arn_of(POLICY)
-
-
 def plugin(ctx: Ctx) -> Plugin | None:
     """The load balancer controller plugin, when wanted."""
     if ctx.spec.ingress.aws_load_balancer_controller is None:
         return None
     nodes: list[Node] = []
     if ctx.irsa is not IRSAMode.DISABLED:
-        nodes.append(Node(POLICY, policy, (oidc_ready,)))
-        nodes += role_nodes(
+        nodes += custom_policy_role_nodes(
+            policy_node=POLICY,
+            policy=policy,
             node=ROLE,
             addon=IAM_NAME,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy_arn=_policy_arn,
-            policy_gates=(after(POLICY),),
         )
-    nodes.append(
-        Node(
-            "lbc-release",
-            lbc_release,
-            (control_plane_available, cni_ready, ccm_ready, role_ready(ROLE), webhook_ready),
-        )
-    )
+    nodes.append(Node("lbc-release", lbc_release, addon_release_gates(ROLE)))
     nodes += security_groups.nodes(ctx, PLUGIN)
     return Plugin(PLUGIN, tuple(nodes), role_key="loadBalancerController", role_node=ROLE)
 
@@ -133,7 +117,6 @@ ADDON = Addon(
             "cni-release",
             "the load balancer controller needs the CNI until it is gone",
         ),
-        *role_usages(ROLE),
-        (f"{ROLE}-attachment", POLICY, "an attached policy cannot be deleted"),
+        *custom_policy_usages(ROLE, POLICY),
     ),
 )
