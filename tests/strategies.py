@@ -799,3 +799,21 @@ def converged_request(name: str = "selfhosted-full", steps: int = 8) -> fnv1.Run
     req = world.request()
     world._fill(req, fn.run(req))
     return req
+
+
+def tagged_requests(calls: int, junk: int) -> list[bytes]:
+    """``calls`` requests that each take a few ms and log their tag when the function runs."""
+    req = converged_request("selfhosted-full", 8)
+    for i in range(junk):
+        req.observed.resources[f"junk-{i}"].resource.update(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"j{i}"}, "data": {"k": "v" * 40}}
+        )
+    # Stale recorded plugin phases: every call emits transition results, logged with its tag.
+    req.observed.composite.resource.fields["status"].struct_value.Clear()
+    out = []
+    for i in range(calls):
+        r = fnv1.RunFunctionRequest()
+        r.CopyFrom(req)
+        r.meta.tag = f"call-{i}"
+        out.append(r.SerializeToString())
+    return out

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from tests import strategies as gen
 from tests.test_serve import TLS, Server, serve
@@ -32,24 +31,6 @@ from tests.test_serve import TLS, Server, serve
 GRACE_S = 15.0
 # A call sent this long before SIGTERM has reached the server (loopback) and must be answered.
 RECEIVED_MARGIN_S = 0.05
-
-
-def tagged_requests(calls: int, junk: int) -> list[bytes]:
-    """``calls`` requests that each take a few ms and log their tag when the function runs."""
-    req = gen.converged_request("selfhosted-full", 8)
-    for i in range(junk):
-        req.observed.resources[f"junk-{i}"].resource.update(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"j{i}"}, "data": {"k": "v" * 40}}
-        )
-    # Stale recorded plugin phases: every call emits transition results, logged with its tag.
-    req.observed.composite.resource.fields["status"].struct_value.Clear()
-    out = []
-    for i in range(calls):
-        r = fnv1.RunFunctionRequest()
-        r.CopyFrom(req)
-        r.meta.tag = f"call-{i}"
-        out.append(r.SerializeToString())
-    return out
 
 
 @dataclass
@@ -74,7 +55,7 @@ class Burst:
 
     async def run_with_sigterm_after(self, answered: int) -> tuple[float, list[float]]:
         """Run the burst; SIGTERM after ``answered`` OK answers (and 0.1 s). (SIGTERM time, OK times)."""
-        payloads = tagged_requests(self.calls, self.junk)
+        payloads = gen.tagged_requests(self.calls, self.junk)
         next_call = 0
         ok_times: list[float] = []
         enough = asyncio.Event()

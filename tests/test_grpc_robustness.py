@@ -229,20 +229,8 @@ def test_thousands_of_concurrent_calls_with_deadlines(server: gen.Served, good: 
 
 def sigterm_while_busy(calls: int = 64, junk: int = 1500) -> dict[str, int]:
     """SIGTERM a busy server; check drain, refusal and exit. Returns the outcome counts."""
-    req = gen.converged_request("selfhosted-full", 8)
-    # Make each call take a while (many unrelated observed resources), and make each one
-    # log its tag (the XR's recorded plugin phases are stale, so results are emitted).
-    for i in range(junk):
-        req.observed.resources[f"junk-{i}"].resource.update(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"j{i}"}, "data": {"k": "v" * 40}}
-        )
-    req.observed.composite.resource.fields["status"].struct_value.Clear()
-    payloads = []
-    for i in range(calls):
-        r = fnv1.RunFunctionRequest()
-        r.CopyFrom(req)
-        r.meta.tag = f"call-{i}"
-        payloads.append(r.SerializeToString())
+    # Each call takes a while (many unrelated observed resources) and logs its tag.
+    payloads = gen.tagged_requests(calls, junk)
 
     with gen.serve("--insecure") as served:
 
