@@ -59,13 +59,12 @@ SHARED_CACHES = frozenset(
         "_parse_input",
         "lbc_policy",
         "_lbc_policy_aws",
-        # gate and node factories: their arguments are the code's own names
+        # gate, node and port factories: their arguments are the code's own declarations
         "after",
         "role_ready",
         "role_nodes",
-        "managed_policy",
-        "_release_gates",
-        "_needs",
+        "release_gates",
+        "_ports",
     }
 )
 

@@ -23,8 +23,9 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function.render import step_from_composition
-from function.world import MAX_REQUIREMENT_ITERATIONS, World
+from function.cluster import MAX_REQUIREMENT_ITERATIONS
+from function.files import step_from_composition
+from function.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "selfhosted-full"

@@ -10,6 +10,10 @@ Crossplane 1.x selectors carry no namespace, so the deprecated field selects
 by the ``cluster.x-k8s.io/cluster-name`` label (which CAPI puts on the control
 plane, the infrastructure object and the cluster's Secrets, not on the Cluster)
 and only objects of the cluster's namespace are kept.
+
+The local tools (``issuer``, ``aws preflight``) read the same facts the same way:
+``request_from_objects`` assembles, from the objects a user gives, the request
+Crossplane would send, and ``read_facts`` reads it.
 """
 
 from __future__ import annotations
@@ -18,15 +22,15 @@ import base64
 import binascii
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.spec import ClusterPluginSpec, InvalidInputError, StepInput
+from function.spec import StepInput
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 
@@ -37,6 +41,40 @@ REQ_INFRASTRUCTURE = "infrastructure"
 REQ_SA_SECRET = "sa-secret"  # noqa: S105  # a requirement name, not a secret
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
+# CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
+# garbage collection of the load balancers (and security groups) others made off.
+EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"
+MAX_REQUIREMENT_ITERATIONS = 5  # Crossplane's cap (xfn/required_resources.go)
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def selects(  # a selector's parts, as both its forms carry them
+    obj: Mapping[str, Any],
+    *,
+    api_version: str,
+    kind: str,
+    match_name: str | None,
+    match_labels: Mapping[str, str],
+    namespace: str | None,
+    use_namespace: bool,
+) -> bool:
+    """Whether Crossplane's selector picks ``obj`` (``use_namespace``: v2; 1.x ignores it).
+
+    The API server serves an object at any served version of its kind, so the
+    group and kind decide: the function copes with either shape.
+    """
+    if _group(obj.get("apiVersion", "")) != _group(api_version) or obj.get("kind") != kind:
+        return False
+    meta = obj.get("metadata") or {}
+    if use_namespace and namespace is not None and meta.get("namespace") != namespace:
+        return False
+    if match_name is not None:
+        return bool(meta.get("name") == match_name)
+    labels = meta.get("labels") or {}
+    return all(labels.get(k) == v for k, v in match_labels.items())
 
 
 @dataclass(frozen=True)
@@ -67,6 +105,13 @@ class Requirements:
 
     resources: dict[str, Selector]
     extra_resources: dict[str, Selector]
+
+    def write(self, out: fnv1.Requirements) -> None:
+        """Fill a response's requirements."""
+        for name, sel in self.resources.items():
+            sel.write(out.resources[name])
+        for name, sel in self.extra_resources.items():
+            sel.write(out.extra_resources[name])
 
 
 @dataclass(frozen=True)
@@ -128,6 +173,9 @@ class ClusterFacts:
     cluster_ref: tuple[str, str, str] | None = None
     # "<Kind> <namespace>/<name>" of the first of the cluster's objects being deleted.
     deleting: str | None = None
+    # The objects as read, for what only the local tools ask (external_resource_gc).
+    control_plane: struct_pb2.Struct | None = None
+    infrastructure: struct_pb2.Struct | None = None
 
     @property
     def eks(self) -> bool:
@@ -503,23 +551,101 @@ def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: st
         cluster_uid=_cluster_uid(cluster, (cp, infra), cluster_name),
         cluster_ref=cluster_ref,
         deleting=_deleting((cluster, cp, infra)),
+        control_plane=cp,
+        infrastructure=infra,
     )
 
 
-def refuse(
-    spec: ClusterPluginSpec, step: StepInput, facts: ClusterFacts, *, namespaced: bool
+def external_resource_gc(facts: ClusterFacts) -> str | None:
+    """CAPA's external-resource-gc annotation ("" when unset); None without the object."""
+    # On EKS CAPA reads it from the AWSManagedControlPlane, else from the AWSCluster.
+    obj = facts.control_plane if facts.eks else facts.infrastructure
+    if obj is None:
+        return None
+    return structs.str_at(obj, "metadata", "annotations", EXTERNAL_RESOURCE_GC) or ""
+
+
+def infrastructure_name(facts: ClusterFacts) -> str | None:
+    """The infrastructure object's name (an AWSCluster's, say), when read."""
+    if facts.infrastructure is None:
+        return None
+    return structs.str_at(facts.infrastructure, "metadata", "name")
+
+
+def _as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` as the API server serves it: a Secret's stringData is in data, base64."""
+    out = dict(obj)
+    if out.get("kind") == "Secret" and isinstance(out.get("stringData"), dict):
+        data = dict(out.get("data") or {})
+        for key, value in out.pop("stringData").items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        out["data"] = data
+    return out
+
+
+def fill(
+    req: fnv1.RunFunctionRequest,
+    requirements: fnv1.Requirements,
+    objs: Iterable[Mapping[str, Any]],
+    *,
+    crossplane_v1: bool = False,
 ) -> None:
-    """Raise InvalidInputError for a spec or input this cluster cannot have."""
-    if step.protect_cluster and not namespaced:
-        raise InvalidInputError(
-            "input.protectCluster",
-            "is only for namespaced ClusterPlugins (Crossplane v2): a cluster-scoped Usage "
-            "cannot reference the namespaced CAPI Cluster",
+    """Put into ``req`` what Crossplane resolves for ``requirements`` among ``objs``.
+
+    Crossplane 1.x reads only the deprecated field, and its selectors carry no
+    namespace: every namespace matches.
+    """
+    objs = list(objs)
+    req.ClearField("required_resources")
+    req.ClearField("extra_resources")
+    fields = [(requirements.extra_resources, req.extra_resources, False)]
+    if not crossplane_v1:
+        fields.insert(0, (requirements.resources, req.required_resources, True))
+    for selectors, out, use_namespace in fields:
+        for name, sel in selectors.items():
+            items = out[name]
+            for o in objs:
+                if selects(
+                    o,
+                    api_version=sel.api_version,
+                    kind=sel.kind,
+                    match_name=sel.match_name if sel.WhichOneof("match") == "match_name" else None,
+                    match_labels=sel.match_labels.labels,
+                    namespace=sel.namespace if sel.HasField("namespace") else None,
+                    use_namespace=use_namespace,
+                ):
+                    items.items.add().resource.update(o)
+
+
+def request_from_objects(
+    objs: Iterable[Mapping[str, Any]],
+    *,
+    cluster_name: str,
+    namespace: str,
+    want_sa_secret: bool,
+    step: StepInput,
+) -> fnv1.RunFunctionRequest:
+    """The request Crossplane would send once it resolved what the function asks for.
+
+    Both requirement fields are asked and resolved (as a Crossplane that does not
+    say what it supports would), so the objects are found by reference from the
+    Cluster or by the cluster-name label, as the function finds them.
+    """
+    served = [_as_served(o) for o in objs]
+    req = fnv1.RunFunctionRequest()
+    asked = fnv1.Requirements()
+    for _ in range(MAX_REQUIREMENT_ITERATIONS):
+        reqs = requirements(
+            req,
+            cluster_name=cluster_name,
+            namespace=namespace,
+            want_sa_secret=want_sa_secret,
+            step=step,
         )
-    if spec.cloud_provider.aws is not None and facts.eks:
-        raise InvalidInputError(
-            "spec.cloudProvider.aws",
-            f"the control plane of {facts.namespace}/{spec.cluster_name} is EKS "
-            f"({EKS_CONTROL_PLANE}), which runs its own cloud controller manager: remove "
-            "spec.cloudProvider",
-        )
+        now = fnv1.Requirements()
+        reqs.write(now)
+        if now == asked:
+            break
+        asked = now
+        fill(req, asked, served)
+    return req

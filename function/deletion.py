@@ -1,4 +1,6 @@
-"""The cluster's own deletion (DESIGN section 9): where a ClusterPlugin stands in it.
+"""The cluster's own deletion: where a ClusterPlugin stands in it.
+
+See docs/architecture.md, "The cluster's own deletion".
 
 Crossplane does not call functions while an XR is deleted, and provider-helm
 cannot uninstall from a cluster that is gone (its Releases never finalize). So

@@ -11,7 +11,7 @@ A namespaced (Crossplane v2) XR may only compose namespaced kinds: the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,11 @@ KINDS: dict[str, tuple[str, str]] = {
     "Usage": ("apiextensions.crossplane.io/v1beta1", "protection.crossplane.io/v1beta1"),
 }
 
+# The composite kinds: the legacy cluster-scoped XR (claimed as ClusterPlugin) and the
+# namespaced XR of Crossplane v2 (which has no claim).
+LEGACY_XR_KIND = "XClusterPlugin"
+NAMESPACED_XR_KIND = "ClusterPlugin"
+
 EXTERNAL_NAME = "crossplane.io/external-name"
 # Everything but Delete: keep reconciling, and on deletion forget the release.
 ORPHAN_MANAGEMENT_POLICIES = ("Observe", "Create", "Update", "LateInitialize")
@@ -53,8 +58,9 @@ class Flavour:
     aws_provider_config: str
     aws_provider_config_kind: str
     helm_provider_config: str
-    # Releases are deleted without a helm uninstall (DESIGN section 9): the
-    # workload cluster is going away, and an uninstall against it would hang.
+    # Releases are deleted without a helm uninstall: the workload cluster is going
+    # away, and an uninstall against it would hang (docs/architecture.md, "The
+    # cluster's own deletion").
     orphan_releases: bool = False
 
     def api_version(self, kind: str) -> str:
@@ -178,6 +184,35 @@ class Flavour:
             body["metadata"] = metadata
         body["spec"] = spec
         return body
+
+
+def composite_mismatch(xr: Mapping[str, Any], type_ref: Any) -> str | None:
+    """Why a Composition of ``type_ref`` (its compositeTypeRef) cannot compose ``xr``, or None."""
+    if not isinstance(type_ref, Mapping):
+        return None
+    want, got = type_ref.get("kind"), xr.get("kind")
+    if (want, type_ref.get("apiVersion")) == (got, xr.get("apiVersion")):
+        return None
+    if (want, got) == (LEGACY_XR_KIND, NAMESPACED_XR_KIND):
+        return (
+            f"the flavours differ: this is the legacy Composition (it composes the "
+            f"cluster-scoped {LEGACY_XR_KIND} of Crossplane 1.x or a v2 LegacyCluster XRD), but "
+            f"the XR is a {NAMESPACED_XR_KIND}: a namespaced XR of Crossplane v2, or a legacy "
+            f"claim. Render the {LEGACY_XR_KIND} Crossplane makes for a claim (labels "
+            "crossplane.io/claim-name and crossplane.io/claim-namespace), or a namespaced "
+            "ClusterPlugin with the namespaced Composition (apis/v2/composition.yaml)"
+        )
+    if (want, got) == (NAMESPACED_XR_KIND, LEGACY_XR_KIND):
+        return (
+            f"the flavours differ: this is the namespaced Composition (it composes the "
+            f"namespaced {NAMESPACED_XR_KIND} of Crossplane v2), but the XR is a legacy "
+            f"cluster-scoped {LEGACY_XR_KIND}: use the legacy Composition "
+            "(apis/v1/composition.yaml)"
+        )
+    return (
+        f"the Composition composes {type_ref.get('apiVersion')} {want}, not the XR's "
+        f"{xr.get('apiVersion')} {got}"
+    )
 
 
 @functools.lru_cache(maxsize=128)  # two flavours times the Usage reasons of plan.USAGES

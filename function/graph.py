@@ -1,9 +1,11 @@
-"""The vocabulary of the resource graph: nodes, gates, readiness and the call context.
+"""The vocabulary of the resource graph: nodes, gates, readiness, add-on declarations, context.
 
 A node is one composed resource with a stable composition-resource-name, a
 body builder, the gates that must hold before it is first emitted, and a
-readiness rule. Add-on modules declare nodes; ``plan.py`` decides, call by
-call, which are emitted.
+readiness rule. An add-on module declares its ``Addon``: its place in the spec,
+its Helm release, its IAM role, the values it owns, its deletion order and its
+nodes; ``function/registry.py`` lists the add-ons and ``plan.py`` decides, call
+by call, which nodes are emitted. Nothing here names a particular add-on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -21,7 +23,14 @@ from function import structs
 from function.cluster import ClusterFacts
 from function.flavour import Flavour
 from function.names import Names, Partition, partition_of
-from function.spec import ClusterPluginSpec, IRSAMode, StepInput
+from function.spec import (
+    Charts,
+    ChartSource,
+    ClusterPluginSpec,
+    IRSAMode,
+    StepInput,
+    spec_getter,
+)
 
 
 class Readiness(Enum):
@@ -71,15 +80,61 @@ class Node:
     readiness: Readiness = Readiness.CONDITION
 
 
+@dataclass(frozen=True, eq=False)
+class Release:
+    """A Helm release an add-on installs into the workload cluster (provider-helm Release).
+
+    The chart's ServiceAccount is named explicitly: several charts derive it from the
+    release name, and an IRSA trust policy must name exactly that account.
+    """
+
+    node: str  # composition-resource-name
+    chart: Callable[[Charts], ChartSource]  # the step input's chart source of it
+    namespace: str
+    name: str  # the Helm release name (crossplane.io/external-name)
+    service_account: str = ""
+    # Readiness then means the workloads run, not only "helm says deployed".
+    wait: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class CustomPolicy:
+    """A customer-managed IAM policy an add-on's role gets (instead of an AWS-managed one)."""
+
+    node: str
+    document: Callable[[Ctx], str]  # the policy document, compact JSON
+    description: str
+
+
+@dataclass(frozen=True, eq=False)
+class Role:
+    """An add-on's IRSA role, trusting its release's ServiceAccount; one policy attached.
+
+    Composed as ``node`` and ``<node>-attachment`` (and the custom policy's node),
+    checked by ``aws preflight``, reported in ``status.roleARNs.<status_key>``.
+    """
+
+    node: str
+    iam_name: str  # the add-on's part of its IAM names and tags (Names.role, Names.policy)
+    status_key: str
+    # The AWS-managed policy, e.g. policy/AmazonEKS_CNI_Policy (under arn:<partition>:iam::aws:)
+    managed_policy: str = ""
+    policy: CustomPolicy | None = None
+
+    @property
+    def attachment(self) -> str:
+        """The RolePolicyAttachment's node."""
+        return f"{self.node}-attachment"
+
+
 @dataclass(frozen=True)
 class Plugin:
     """A user-visible unit in ``status.plugins[]``: the nodes it owns."""
 
     name: str
     nodes: tuple[Node, ...]
-    # status.roleARNs key and the node whose ARN fills it
-    role_key: str | None = None
-    role_node: str | None = None
+    # Its IRSA role, whose observed ARN goes to status.roleARNs.
+    role: Role | None = None
     # Said in the plugin's status message even when it is Ready (e.g. a fallback taken).
     note: str = ""
 
@@ -87,13 +142,45 @@ class Plugin:
 ValuesPath = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class OwnedValues:
-    """Helm values keys the function sets for an add-on: user values may not override them."""
+class Usage(NamedTuple):
+    """Deletion order: ``by`` is deleted before ``of`` (both nodes of wanted plugins)."""
 
-    field: str  # where the user's values are, e.g. spec.storage.ebs.values
-    spec: Callable[[ClusterPluginSpec], Any]  # the add-on's spec (with .values), or None
-    paths: tuple[ValuesPath, ...]
+    by: str
+    of: str
+    reason: str
+
+
+CONTROL_PLANE = "controlplane"
+NODE = "node"
+BOTH = (CONTROL_PLANE, NODE)
+
+
+@dataclass(frozen=True)
+class PortNeed:
+    """Traffic an add-on needs between CAPA security-group roles (CONTROL_PLANE, NODE)."""
+
+    purpose: str  # names its rule nodes (sg-<purpose>-...) and preflight's check
+    protocol: str  # CAPA's spelling: tcp, udp, "4" (IP-in-IP), "-1" (all)
+    from_port: int
+    to_port: int
+    targets: tuple[str, ...]
+    sources: tuple[str, ...]
+    # Which AWSCluster list CAPA takes it in: cniIngressRules apply to both
+    # roles from both roles; additionalNodeIngressRules name their sources.
+    capa_list: str
+    description: str
+
+    def capa_entry(self) -> dict[str, Any]:
+        """The entry to put in the AWSCluster spec list."""
+        entry: dict[str, Any] = {
+            "description": self.description,
+            "protocol": self.protocol,
+            "fromPort": self.from_port,
+            "toPort": self.to_port,
+        }
+        if self.capa_list != "cniIngressRules":
+            entry["sourceSecurityGroupRoles"] = list(self.sources)
+        return entry
 
 
 @dataclass(frozen=True)
@@ -109,19 +196,55 @@ class ConditionOut:
     event: str = ""
 
 
-@dataclass(frozen=True)
-class Addon:
-    """What an add-on module declares: its plugin, the values it owns, its deletion order.
+def _no_ports(_: Any) -> tuple[PortNeed, ...]:
+    return ()
 
-    ``usages`` are (by, of, reason): ``by`` is deleted before ``of``. A Usage is
-    emitted only when both ends are nodes of wanted plugins and both are observed.
+
+@dataclass(frozen=True, eq=False)
+class Addon:
+    """Everything about one add-on, declared once in its module.
+
+    ``spec_path`` is where the user asks for it (``spec.storage.ebs``; the issuer,
+    wanted when another add-on needs it, has none); the add-on's Helm values are
+    at ``<spec_path>.values``, where ``owned_values`` may not be set. ``usages`` are
+    its deletion order, naming other add-ons' nodes through their modules' constants.
+    ``plugin`` builds its nodes for one call (None when not wanted).
     """
 
+    name: str  # status.plugins[].name and the metrics' plugin label
     plugin: Callable[[Ctx], Plugin | None]
-    owned_values: tuple[OwnedValues, ...] = ()
-    usages: tuple[tuple[str, str, str], ...] = ()
-    # An XR condition of the add-on's own, given each wanted plugin's phase by name.
+    spec_path: str = ""
+    # How messages name it ("the AWS Load Balancer Controller").
+    title: str = ""
+    release: Release | None = None
+    role: Role | None = None
+    owned_values: tuple[ValuesPath, ...] = ()
+    usages: tuple[Usage, ...] = ()
+    # The security-group ports it needs, given its spec.
+    ports: Callable[[Any], tuple[PortNeed, ...]] = _no_ports
+    # An XR condition of its own, given each wanted plugin's phase by name.
     condition: Callable[[Ctx, Mapping[str, str]], ConditionOut] | None = None
+    # Fields of the XR status it writes (asked on every call, wanted or not).
+    status: Callable[[Ctx], Mapping[str, Any]] | None = None
+    # Why the cluster the facts describe cannot have it (a FATAL on its spec_path), or None.
+    cluster_problem: Callable[[ClusterPluginSpec, ClusterFacts], str | None] | None = None
+    # Its controller makes load balancers, which CAPA must clean up when the cluster goes.
+    makes_load_balancers: bool = False
+    # Its spec, or None when not asked for (from spec_path).
+    spec: Callable[[ClusterPluginSpec], Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        getter = spec_getter(self.spec_path) if self.spec_path else _no_spec
+        object.__setattr__(self, "spec", getter)
+
+    @property
+    def values_field(self) -> str:
+        """Where the user's Helm values for it are."""
+        return f"{self.spec_path}.values"
+
+
+def _no_spec(_: ClusterPluginSpec) -> None:
+    return None
 
 
 _UNSET: Any = object()
@@ -228,7 +351,7 @@ def _ready_condition_true(obj: struct_pb2.Struct) -> bool:
 
 @dataclass
 class Ctx:
-    """Everything a builder or gate may read during one call."""
+    """Everything a builder or gate may read during one call (made by ``Accepted.context``)."""
 
     spec: ClusterPluginSpec
     step: StepInput
@@ -236,6 +359,10 @@ class Ctx:
     names: Names
     facts: ClusterFacts
     observed: Observed
+    # SelfHosted IRSA serving at least one add-on's role: the issuer is composed.
+    hosts_issuer: bool = False
+    # The security-group ports every wanted add-on needs.
+    port_needs: tuple[PortNeed, ...] = ()
     readiness: dict[str, Readiness] = field(default_factory=dict)
 
     # --- facts that builders need, raising MissingFactError when unknown ----
@@ -260,24 +387,12 @@ class Ctx:
 
     def issuer_url(self) -> str:
         """The service-account issuer URL (SelfHosted: derived; External: given)."""
-        if self.irsa is IRSAMode.EXTERNAL:
-            return self.spec.irsa.issuer_url.rstrip("/")
-        return self.names.issuer_url(self.region)
+        external = self.irsa is IRSAMode.EXTERNAL
+        return issuer_url(self.spec, self.names, "" if external else self.region)
 
     def issuer_host_path(self) -> str:
         """The issuer without its scheme, as IAM condition keys spell it."""
         return self.issuer_url().removeprefix("https://")
-
-    def oidc_provider_arn(self) -> str:
-        """The IAM OIDC provider's ARN (SelfHosted: observed; External: given)."""
-        if self.irsa is IRSAMode.EXTERNAL:
-            return self.spec.irsa.oidc_provider_arn
-        arn = self.observed.arn("irsa-oidc-provider")
-        if not arn:
-            raise MissingFactError(
-                Wait("irsa-oidc-provider ARN", "the OIDC provider has no ARN yet")
-            )
-        return arn
 
     def arn_of(self, node: str) -> str:
         """The observed ARN of ``node``."""
@@ -291,6 +406,13 @@ class Ctx:
     def is_ready(self, node: str) -> bool:
         """Whether ``node`` is observed and ready under its own readiness rule."""
         return self.observed.ready(node, self.readiness.get(node, Readiness.CONDITION))
+
+
+def issuer_url(spec: ClusterPluginSpec, names: Names, region: str) -> str:
+    """The service-account issuer: External: the one given; else the bucket's, in ``region``."""
+    if spec.irsa.mode is IRSAMode.EXTERNAL:
+        return spec.irsa.issuer_url.rstrip("/")
+    return names.issuer_url(region)
 
 
 def _no_region(facts: ClusterFacts) -> Wait:
@@ -353,69 +475,3 @@ def _control_plane_wait(ctx: Ctx, state: str) -> Wait:
             "control plane", f"the control plane of Cluster {ns}/{name} has not been read yet"
         )
     return Wait(f"control plane {state}", f"the control plane of {ns}/{name} is not {state} yet")
-
-
-def cni_ready(ctx: Ctx) -> Wait | None:
-    """Gate: the CNI this XR installs is ready; without one, the control plane is available.
-
-    With no networking plugin in the spec the user brings their own CNI; the
-    best signal we have that pods can run is an available control plane.
-    """
-    n = ctx.spec.networking
-    if n.amazon_vpc is None and n.calico is None:
-        return control_plane_available(ctx)
-    return after("cni-release")(ctx)
-
-
-def ccm_ready(ctx: Ctx) -> Wait | None:
-    """Gate: the cloud controller manager is ready, when this XR installs it.
-
-    Until it runs, nodes keep the uninitialized taint and no ordinary pod schedules.
-    """
-    if ctx.spec.cloud_provider.aws is None:
-        return None
-    return after("ccm-release")(ctx)
-
-
-def webhook_installed(ctx: Ctx) -> bool:
-    """Whether this XR installs the pod identity webhook."""
-    return (
-        ctx.irsa is IRSAMode.SELF_HOSTED
-        and ctx.spec.wants_aws
-        and ctx.spec.irsa.pod_identity_webhook.install
-    )
-
-
-def webhook_ready(ctx: Ctx) -> Wait | None:
-    """Gate: the pod identity webhook is ready, when this XR installs it.
-
-    Pods only get IRSA credentials if the webhook mutates them at creation, so an
-    add-on started before it would silently run on the node's role.
-    """
-    if not webhook_installed(ctx):
-        return None
-    return after("pod-identity-webhook-release")(ctx)
-
-
-@functools.cache
-def role_ready(role_node: str) -> Gate:
-    """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled)."""
-
-    def gate(ctx: Ctx) -> Wait | None:
-        if ctx.irsa is IRSAMode.DISABLED:
-            return None
-        return after(role_node, f"{role_node}-attachment")(ctx)
-
-    return gate
-
-
-@functools.cache
-def addon_release_gates(role_node: str) -> tuple[Gate, ...]:
-    """The gates of an IRSA add-on's Release (DESIGN sections 4, 8, 10).
-
-    The control plane is available, the CNI runs, the CCM (when wanted) has initialized
-    the nodes, the add-on's role is ready, and the webhook that injects its credentials
-    runs (SelfHosted): started before any of these, its pods would not schedule, have
-    no network, or silently run on the node's role.
-    """
-    return (control_plane_available, cni_ready, ccm_ready, role_ready(role_node), webhook_ready)

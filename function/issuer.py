@@ -10,20 +10,16 @@ cluster is created. It is a pure function of the XR (and the step input's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossplane.function import resource
-
-from function import fn
-from function.names import Names
-from function.spec import REGION, InvalidInputError, IRSAMode, parse_input, parse_spec
+from function import accept, registry
+from function.spec import InvalidInputError, IRSAMode
 
 STS_AUDIENCE = "sts.amazonaws.com"
 KUBEADM_DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KCP_GROUP = "controlplane.cluster.x-k8s.io"
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 
 
 class IssuerError(Exception):
@@ -114,86 +110,23 @@ class Issuer:
         return d
 
 
-def _aws_cluster_region(
-    required: Iterable[dict[str, Any]], namespace: str, cluster: str
-) -> str | None:
-    """spec.region of the cluster's AWSCluster among ``required``."""
-    objs = [o for o in required if isinstance(o, dict)]
-    infra_name = None
-    for o in objs:
-        meta = o.get("metadata") or {}
-        if (
-            o.get("kind") == "Cluster"
-            and meta.get("name") == cluster
-            and meta.get("namespace", namespace) == namespace
-        ):
-            infra_name = ((o.get("spec") or {}).get("infrastructureRef") or {}).get("name")
-    candidates = []
-    for o in objs:
-        meta = o.get("metadata") or {}
-        if o.get("kind") != "AWSCluster" or meta.get("namespace", namespace) != namespace:
-            continue
-        rank = (
-            0
-            if infra_name and meta.get("name") == infra_name
-            else 1
-            if (meta.get("labels") or {}).get(CLUSTER_NAME_LABEL) == cluster
-            else 2
-            if meta.get("name") == cluster
-            else None
-        )
-        region = (o.get("spec") or {}).get("region")
-        if rank is not None and region:
-            candidates.append((rank, str(region)))
-    return min(candidates)[1] if candidates else None
-
-
-def _region(spec_region: str | None, flag: str | None, found: str | None) -> tuple[str, str]:
-    if flag and not REGION.match(flag):
-        msg = (
-            f"--region {flag!r} is not an AWS region such as us-east-1, cn-north-1 or us-gov-west-1"
-        )
-        raise IssuerError(msg)
-    if spec_region:
-        if flag and flag != spec_region:
-            msg = (
-                f"--region {flag} disagrees with spec.region {spec_region}, which the function uses"
-            )
-            raise IssuerError(msg)
-        return spec_region, "spec.region"
-    if found:
-        if flag and flag != found:
-            msg = (
-                f"--region {flag} disagrees with the AWSCluster's spec.region {found}, "
-                "which the function uses"
-            )
-            raise IssuerError(msg)
-        return found, "AWSCluster spec.region"
-    if flag:
-        return flag, "--region"
-    msg = (
-        "the region is unknown: set spec.region, pass --region, "
-        "or pass the AWSCluster with --required"
-    )
-    raise IssuerError(msg)
-
-
 def compute(
-    xr: dict[str, Any],
+    xr: Mapping[str, Any],
     *,
-    step_input: dict[str, Any] | None = None,
-    required: Iterable[dict[str, Any]] = (),
+    step_input: Mapping[str, Any] | None = None,
+    required: Iterable[Mapping[str, Any]] = (),
     region: str | None = None,
 ) -> Issuer:
-    """The issuer of ``xr`` (IssuerError when there is none to print)."""
+    """The issuer of ``xr`` (IssuerError when there is none to print).
+
+    The XR, its input and the cluster's objects are judged and read as the function
+    does (``accept``): what it would refuse, this refuses with the same words.
+    """
     try:
-        spec = parse_spec(xr.get("spec") or {})
-        step = parse_input(step_input)
-        # The same namespace rules as the function: metadata.namespace, the claim's
-        # namespace label, or spec.clusterNamespace.
-        namespace, _ = fn.cluster_namespace(resource.dict_to_struct(xr), spec)
+        accepted, facts = accept.accept_with_objects(xr, step_input, required)
     except InvalidInputError as err:
-        raise IssuerError(f"{err.field}: {err.message}") from None
+        raise IssuerError(str(err)) from None
+    spec, namespace = accepted.spec, accepted.namespace
     mode = spec.irsa.mode
     if mode is IRSAMode.DISABLED:
         msg = (
@@ -205,20 +138,27 @@ def compute(
     if mode is IRSAMode.EXTERNAL:
         return Issuer(
             mode,
-            spec.irsa.issuer_url.rstrip("/"),
+            accepted.issuer_url(""),
             namespace,
             spec.cluster_name,
             oidc_provider_arn=spec.irsa.oidc_provider_arn,
         )
-    found = _aws_cluster_region(required, namespace, spec.cluster_name)
-    chosen, source = _region(spec.region, region, found)
-    names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
+    try:
+        chosen, source = accept.region(accepted, facts, region)
+    except accept.RegionError as err:
+        raise IssuerError(str(err)) from None
     issuer = Issuer(
-        mode, names.issuer_url(chosen), namespace, spec.cluster_name, chosen, source, names.bucket
+        mode,
+        accepted.issuer_url(chosen),
+        namespace,
+        spec.cluster_name,
+        chosen,
+        source,
+        accepted.names.bucket,
     )
-    if not spec.wants_aws:
+    if not accepted.wants_irsa:
         issuer.warnings.append(
-            "no add-on in the spec uses IRSA (amazonVPC, ebs, efs, awsLoadBalancerController), "
+            f"no add-on in the spec uses IRSA ({registry.role_fields()}), "
             "so the function creates no bucket or OIDC provider yet; this is the issuer it "
             "will use once one is added"
         )

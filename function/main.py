@@ -196,18 +196,13 @@ _v1_option = click.option(
 )
 
 
-def _step_input(input_file: str | None, composition: str | None) -> tuple[str, dict[str, Any]]:
+def _step_input(
+    input_file: str | None, composition: str | None, xr: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     """(step name, step input) from --input, else from --composition, else defaults."""
-    from function import render  # noqa: PLC0415
+    from function import files  # noqa: PLC0415
 
-    step: str = render.DEFAULT_STEP
-    step_input: dict[str, Any] = {}
-    if composition:
-        docs = render.load_documents([composition])
-        step, step_input = render.step_from_composition(docs, composition)
-    if input_file:
-        step_input = render.load_one(input_file, "step input")
-    return step, step_input
+    return files.step_input(input_file, composition, xr)
 
 
 @cli.command("render")
@@ -250,20 +245,20 @@ def render_cmd(
     results as render.crossplane.io/v1beta1 Result objects. No Docker, no cluster.
     Exits 1 with the message on stderr when the function returns a FATAL result.
     """
-    from function import render  # noqa: PLC0415
+    from function import files, render  # noqa: PLC0415
 
     try:
-        xr = render.load_one(xr_file, "composite resource")
-        step, step_input = _step_input(input_file, composition)
+        xr = files.load_one(xr_file, "composite resource")
+        step, step_input = _step_input(input_file, composition, xr)
         out = render.render(
             xr,
-            required=render.load_documents(required),
-            observed=render.load_documents(observed),
+            required=files.load_documents(required),
+            observed=files.load_documents(observed),
             step_input=step_input,
             step=step,
             crossplane_v1=crossplane_v1,
         )
-    except render.RenderError as err:
+    except files.InputFileError as err:
         raise click.UsageError(str(err)) from None
     if out.fatal is not None:
         click.echo(f"pipeline step {step!r} returned a fatal result: {out.fatal}", err=True)
@@ -387,12 +382,12 @@ def simulate_cmd(
     and exits 1 if anything was deleted while the cluster existed, a Release was
     uninstalled, or anything was left once it was gone.
     """
-    from function import render, simulate  # noqa: PLC0415
+    from function import files, simulate  # noqa: PLC0415
 
     try:
-        xr = render.load_one(xr_file, "composite resource")
-        _, step_input = _step_input(input_file, composition)
-        objs = render.load_documents(required)
+        xr = files.load_one(xr_file, "composite resource")
+        _, step_input = _step_input(input_file, composition, xr)
+        objs = files.load_documents(required)
         settings = simulate.Settings(
             steps=steps,
             initialized_at=initialized_at,
@@ -404,7 +399,7 @@ def simulate_cmd(
             delete_cluster_at=delete_cluster_at,
             cluster_gone_after=cluster_gone_after,
         )
-    except (render.RenderError, simulate.SimulateError) as err:
+    except (files.InputFileError, simulate.SimulateError) as err:
         raise click.UsageError(str(err)) from None
     sim = simulate.Simulator(xr, objs, step_input=step_input, settings=settings)
     if output == "json":
@@ -460,13 +455,13 @@ def issuer_cmd(
     first boot, so this runs before the cluster exists. For irsa.mode External it
     prints the given issuer; for Disabled it exits 2.
     """
-    from function import issuer, render  # noqa: PLC0415
+    from function import files, issuer  # noqa: PLC0415
 
     try:
-        xr = render.load_one(xr_file, "composite resource")
-        _, step_input = _step_input(input_file, composition)
-        objs = render.load_documents(required)
-    except render.RenderError as err:
+        xr = files.load_one(xr_file, "composite resource")
+        _, step_input = _step_input(input_file, composition, xr)
+        objs = files.load_documents(required)
+    except files.InputFileError as err:
         raise click.UsageError(str(err)) from None
     try:
         result = issuer.compute(xr, step_input=step_input, required=objs, region=region)

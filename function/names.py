@@ -21,6 +21,9 @@ HELM_RELEASE_MAX = 53
 # IAM path for everything the function creates: the provider's least-privilege
 # policy (``aws provider-policy``) scopes iam:CreateRole etc. to it.
 IAM_PATH = "/clusterplugin/"
+# The tag on everything composed in AWS: "<namespace>/<cluster>" of its ClusterPlugin,
+# for audits and for ``aws preflight`` to tell ours from someone else's.
+CLUSTER_TAG = "clusterplugin.dev/cluster"
 
 
 def short_hash(text: str, n: int = 6) -> str:

@@ -4,7 +4,7 @@ Pure: no I/O, no clock, no randomness, so the same request always yields the
 same plan. ``fn.py`` (the gRPC runner), ``render`` and ``simulate`` all call it
 through ``fn.run``.
 
-The rules (DESIGN section 4):
+The rules (docs/architecture.md, "The resource graph"):
 - a node is emitted when its gates hold;
 - a node already observed is ALWAYS emitted again, whatever its gates say now
   (if its body cannot be rebuilt, the observed spec is carried over unchanged),
@@ -23,11 +23,9 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import deletion, structs
-from function.addons import calico, ccm, csi, external_dns, irsa, lbc, security_groups, vpc_cni
-from function.addons.helm import check_owned
+from function.addons import security_groups
 from function.flavour import StructWriter
 from function.graph import (
-    Addon,
     ConditionOut,
     Ctx,
     MissingFactError,
@@ -36,29 +34,14 @@ from function.graph import (
     Readiness,
     Wait,
 )
-from function.spec import ClusterPluginSpec, IRSAMode
+from function.registry import ADDONS, USAGES
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
 PROTECT_CLUSTER_USAGE = "usage-helm-provider-config-cluster"
 CLUSTER_DELETING, CLUSTER_DELETED = "ClusterDeleting", "ClusterDeleted"
 
-# The add-ons, in status.plugins[] order. A new add-on is a module declaring an
-# ``Addon`` and one line here.
-ADDONS: tuple[Addon, ...] = (
-    ccm.ADDON,
-    irsa.ADDON,
-    vpc_cni.ADDON,
-    calico.ADDON,
-    csi.EBS,
-    csi.EFS,
-    lbc.ADDON,
-    external_dns.ADDON,
-)
-
 PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for a in ADDONS)
-
-# Deletion order, as Usages: ``by`` is deleted before ``of`` (DESIGN section 4).
-USAGES: tuple[tuple[str, str, str], ...] = tuple(u for a in ADDONS for u in a.usages)
+STATUS_WRITERS = tuple(a.status for a in ADDONS if a.status is not None)
 
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
@@ -116,15 +99,6 @@ class Plan:
     conditions: list[ConditionOut] = field(default_factory=list)
     results: list[ResultOut] = field(default_factory=list)
     all_ready: bool = False
-
-
-def check_values(spec: ClusterPluginSpec) -> None:
-    """Reject user values that fight keys the function owns (InvalidInputError)."""
-    for addon in ADDONS:
-        for owned in addon.owned_values:
-            addon_spec = owned.spec(spec)
-            if addon_spec is not None:
-                check_owned(addon_spec.values, owned.paths, owned.field)
 
 
 def _helm_provider_config(ctx: Ctx) -> dict[str, Any]:
@@ -271,22 +245,14 @@ def _summary(plugins: list[PluginStatus]) -> ConditionOut:
 
 def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> dict[str, Any]:
     status: dict[str, Any] = {}
-    if ctx.irsa is IRSAMode.EXTERNAL:
-        status["issuerURL"] = ctx.spec.irsa.issuer_url.rstrip("/")
-        status["oidcProviderARN"] = ctx.spec.irsa.oidc_provider_arn
-    elif ctx.irsa is IRSAMode.SELF_HOSTED and ctx.spec.wants_aws:
-        region = ctx.spec.region or ctx.facts.region
-        if region:
-            status["issuerURL"] = ctx.names.issuer_url(region)
-        arn = ctx.observed.arn("irsa-oidc-provider")
-        if arn:
-            status["oidcProviderARN"] = arn
+    for write in STATUS_WRITERS:
+        status.update(write(ctx))
     roles = {}
     for p in plugins:
-        if p.role_key and p.role_node:
-            arn = ctx.observed.arn(p.role_node)
+        if p.role is not None:
+            arn = ctx.observed.arn(p.role.node)
             if arn:
-                roles[p.role_key] = arn
+                roles[p.role.status_key] = arn
     # Always written, so a removed plugin's ARN disappears with it.
     status["roleARNs"] = roles
     status["plugins"] = [s.as_dict() for s in statuses]
@@ -327,7 +293,9 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
 
 
 def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None) -> None:
-    """Input.protectCluster: the helm ProviderConfig uses the CAPI Cluster (DESIGN section 9).
+    """Input.protectCluster: the helm ProviderConfig uses the CAPI Cluster.
+
+    See docs/architecture.md, "The cluster's own deletion".
 
     Crossplane's usage webhook then refuses to delete the Cluster until the
     ProviderConfig is gone, which is after every Release was uninstalled; with

@@ -19,25 +19,13 @@ STS_AUDIENCE = "sts.amazonaws.com"
 DISCOVERY_KEY = ".well-known/openid-configuration"
 JWKS_KEY = "keys.json"
 
-# AWS-managed policies per add-on (domain-facts section 4.1).
-MANAGED_POLICIES = {
-    "vpc-cni": "policy/AmazonEKS_CNI_Policy",
-    # V2 only manages volumes and snapshots tagged ebs.csi.aws.com/cluster=true,
-    # which the driver puts on everything it creates. Unlike V1 (and the driver's
-    # install doc), V2 is not under service-role/: that ARN is NoSuchEntity
-    # (AWS's managed-policy list, as vendored by moto, has Path "/").
-    "ebs-csi": "policy/AmazonEBSCSIDriverPolicyV2",
-    "efs-csi": "policy/service-role/AmazonEFSCSIDriverPolicy",
-}
-
-
 def _compact(doc: object) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def managed_policy_arn(addon: str, partition: Partition) -> str:
-    """The ARN of the AWS-managed policy an add-on's role gets."""
-    return f"arn:{partition.name}:iam::aws:{MANAGED_POLICIES[addon]}"
+def managed_policy_arn(path: str, partition: Partition) -> str:
+    """The ARN of an AWS-managed policy (``policy/AmazonEKS_CNI_Policy``) in ``partition``."""
+    return f"arn:{partition.name}:iam::aws:{path}"
 
 
 @functools.lru_cache(maxsize=1024)

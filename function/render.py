@@ -26,21 +26,15 @@ import copy
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.files import DEFAULT_STEP, InputFileError
 from function.world import COMPOSITION_RESOURCE_NAME, Composed, World
 
-# What the shipped Compositions call: the name Crossplane gives the function package
-# (xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin) when a Configuration
-# installs it. A Function installed by hand under the package's own name is found too.
-FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
-FUNCTION_NAMES = frozenset({FUNCTION_NAME, "function-cluster-plugin"})
-DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
 RESULT_API_VERSION = "render.crossplane.io/v1beta1"
 # crossplane render's conditionTime(): a fixed time, so output does not churn.
 CONDITION_TIME = "2024-01-01T00:00:00Z"
@@ -49,7 +43,6 @@ CLAIM_NAME_LABEL = "crossplane.io/claim-name"
 CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
 # Conditions Crossplane owns; a function cannot set them (xpv1.IsSystemConditionType).
 SYSTEM_CONDITIONS = frozenset({"Ready", "Synced", "Healthy"})
-YAML_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_N = 3  # crossplane-runtime resource.DefaultFirstN
 
 _STATUS = {
@@ -58,74 +51,8 @@ _STATUS = {
 }
 
 
-class RenderError(Exception):
-    """Bad command-line input: a file that cannot be read or does not fit."""
-
-
-# --- loading -------------------------------------------------------------------
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in YAML_SUFFIXES)
-    if path.is_file():
-        return [path]
-    msg = f"{path}: no such file or directory"
-    raise RenderError(msg)
-
-
-def load_documents(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every object in the YAML streams at ``paths`` (files, or directories of *.yaml/*.yml/*.json).
-
-    Empty documents are skipped and ``kind: List`` objects are expanded, so
-    ``kubectl get -o yaml`` output can be used as is.
-    """
-    out: list[dict[str, Any]] = []
-    for p in paths:
-        for f in _files(Path(p)):
-            try:
-                docs = list(yaml.safe_load_all(f.read_text()))
-            except yaml.YAMLError as err:
-                msg = f"{f}: not valid YAML: {err}"
-                raise RenderError(msg) from None
-            for doc in docs:
-                if doc is None:
-                    continue
-                if not isinstance(doc, dict):
-                    msg = (
-                        f"{f}: every document must be a Kubernetes object, got {type(doc).__name__}"
-                    )
-                    raise RenderError(msg)
-                if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-                    out.extend(i for i in doc["items"] if isinstance(i, dict))
-                else:
-                    out.append(doc)
-    return out
-
-
-def load_one(path: str | Path, what: str) -> dict[str, Any]:
-    """The single object in ``path``."""
-    docs = load_documents([path])
-    if len(docs) != 1:
-        msg = f"{path}: expected exactly one {what}, found {len(docs)} objects"
-        raise RenderError(msg)
-    return docs[0]
-
-
-def step_from_composition(
-    docs: Sequence[dict[str, Any]], source: str = "the Composition"
-) -> tuple[str, dict[str, Any]]:
-    """(step name, input) of the first pipeline step that calls this function (FUNCTION_NAMES)."""
-    comps = [d for d in docs if d.get("kind") == "Composition"]
-    if not comps:
-        msg = f"{source}: no Composition found"
-        raise RenderError(msg)
-    for comp in comps:
-        for step in comp.get("spec", {}).get("pipeline", None) or []:
-            if (step.get("functionRef") or {}).get("name") in FUNCTION_NAMES:
-                return str(step.get("step") or DEFAULT_STEP), dict(step.get("input") or {})
-    msg = f"{source}: no pipeline step has functionRef.name {' or '.join(sorted(FUNCTION_NAMES))}"
-    raise RenderError(msg)
+class RenderError(InputFileError):
+    """Observed resources that do not fit (no composition-resource-name, two alike)."""
 
 
 def condition_status(obj: dict[str, Any], typ: str) -> str | None:

@@ -42,6 +42,7 @@ from typing import Any
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.addons import cni
 from function.world import World, orphaned
 
 CONTROL_PLANE = "control-plane"
@@ -81,7 +82,7 @@ def parse_fault(text: str) -> Fault:
     """Parse ``NODE@STEP[+DURATION]`` (duration defaults to 1)."""
     m = _FAULT.match(text.strip())
     if not m:
-        msg = f"{text!r} is not NODE@STEP[+DURATION], e.g. cni-release@12+3"
+        msg = f"{text!r} is not NODE@STEP[+DURATION], e.g. {cni.RELEASE}@12+3"
         raise SimulateError(msg)
     start, duration = int(m.group("step")), int(m.group("duration") or 1)
     if start < 1 or duration < 1:

@@ -8,9 +8,12 @@ Input CRD in ``package/input/`` describe the same shapes for the API server.
 
 from __future__ import annotations
 
+import difflib
+import operator
 import re
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -22,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 # Fields Crossplane itself writes into an XR's spec (v1 legacy XRs keep them at
 # the top of spec, v2 XRs under spec.crossplane). They are not ours to judge.
@@ -83,12 +87,23 @@ def s3_bucket_name_problem(name: str) -> str | None:
 
 
 class InvalidInputError(ValueError):
-    """Bad XR spec or step input: one FATAL result naming ``field``."""
+    """Bad XR spec or step input: one FATAL result naming each bad field.
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    ``field`` and ``message`` are the first problem (the metrics label the field);
+    ``problems`` holds every one, and ``str()`` says them all: "<field>: <message>; ...".
+    """
+
+    def __init__(self, field: str, message: str, *more: tuple[str, str]) -> None:
+        self.problems: tuple[tuple[str, str], ...] = ((field, message), *more)
+        super().__init__("; ".join(f"{f}: {m}" for f, m in self.problems))
         self.field = field
         self.message = message
+
+    @classmethod
+    def of(cls, problems: Sequence[tuple[str, str]]) -> InvalidInputError:
+        """One error for several (field, message) problems, in order; at least one."""
+        (field, message), *more = problems
+        return cls(field, message, *more)
 
 
 def _values_object(v: Any) -> Any:
@@ -381,7 +396,7 @@ class IRSASpec(_Strict):
 
 
 class SecurityGroupMode(StrEnum):
-    """How the function handles the ports add-ons need (DESIGN section 5)."""
+    """How the function handles the ports add-ons need."""
 
     AUTO = "Auto"
     ALWAYS = "Always"
@@ -429,19 +444,6 @@ class ClusterPluginSpec(_Strict):
             msg = f"{v!r} is not an AWS region such as us-east-1, cn-north-1 or us-gov-west-1"
             raise ValueError(msg)
         return v
-
-    @property
-    def wants_aws(self) -> bool:
-        """Whether any wanted add-on needs an IAM role."""
-        return any(
-            (
-                self.networking.amazon_vpc,
-                self.storage.ebs,
-                self.storage.efs,
-                self.ingress.aws_load_balancer_controller,
-                self.dns.external_dns,
-            )
-        )
 
 
 # --- step input ------------------------------------------------------------
@@ -617,7 +619,8 @@ class StepInput(_Strict):
     )
     cluster_api: ClusterAPIVersions = Field(default_factory=ClusterAPIVersions, alias="clusterAPI")
     # Namespaced XRs: a Usage of the CAPI Cluster by the helm ProviderConfig, so that
-    # deleting the Cluster first waits until the add-ons are uninstalled (DESIGN 9).
+    # deleting the Cluster first waits until the add-ons are uninstalled (docs/architecture.md,
+    # "The cluster's own deletion").
     protect_cluster: bool = Field(default=False, alias="protectCluster")
 
     @field_validator("name_prefix")
@@ -640,6 +643,59 @@ class StepInput(_Strict):
 # --- parsing ---------------------------------------------------------------
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: itself, or inside ``X | None``, ``list[X]``, ``Annotated``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_named(model: type[BaseModel], key: str) -> tuple[str, type[BaseModel] | None] | None:
+    """(attribute name, the model it holds) of ``model``'s field spelled ``key`` in the API."""
+    for name, info in model.model_fields.items():
+        if key in (info.alias, name):
+            return name, _model_in(info.annotation)
+    return None
+
+
+def _model_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model whose field is at ``loc`` (an error's location, API spelling)."""
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if isinstance(part, int) or part in {"function-after", "function-before"}:
+            continue
+        if model is None:
+            return None
+        found = _field_named(model, str(part))
+        if found is None:
+            return None
+        model = found[1]
+    return model
+
+
+def spec_getter(path: str) -> Callable[[ClusterPluginSpec], Any]:
+    """A reader of the spec at ``path`` (API spelling, e.g. ``spec.storage.ebs``).
+
+    An add-on names its place in the spec once, as the user spells it: the reader
+    follows the model's aliases, and a path the model does not have fails at import.
+    """
+    model: type[BaseModel] | None = ClusterPluginSpec
+    head, *keys = path.split(".")
+    attrs = []
+    for key in keys:
+        found = None if model is None else _field_named(model, key)
+        if head != "spec" or found is None:
+            msg = f"{path!r} is not a field of the ClusterPlugin spec"
+            raise ValueError(msg)
+        attrs.append(found[0])
+        model = found[1]
+    return operator.attrgetter(".".join(attrs))
+
+
 def _field_path(prefix: str, loc: tuple[int | str, ...]) -> str:
     path = prefix
     for part in loc:
@@ -652,8 +708,23 @@ def _field_path(prefix: str, loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _first_error(prefix: str, err: ValidationError) -> InvalidInputError:
-    e = err.errors(include_url=False)[0]
+_SCHEMAS = {"spec": "the ClusterPlugin schema", "input": "the Input schema"}
+
+
+def _unknown_field(prefix: str, root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    model = _model_at(root, loc[:-1])
+    known = (
+        [info.alias or name for name, info in model.model_fields.items()]
+        if model is not None
+        else []
+    )
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"unknown field (did you mean {close[0]}?)"
+    return f"unknown field (check the spelling against {_SCHEMAS[prefix]})"
+
+
+def _problem(prefix: str, root: type[BaseModel], e: ErrorDetails) -> tuple[str, str]:
     field = _field_path(prefix, e["loc"])
     msg = e["msg"].removeprefix("Value error, ")
     # Model-level checks name their sub-field as "<field>: <message>".
@@ -661,29 +732,36 @@ def _first_error(prefix: str, err: ValidationError) -> InvalidInputError:
     if e["type"] == "value_error" and sub:
         field, msg = f"{field}.{sub.group(1)}", sub.group(2)
     if e["type"] == "extra_forbidden":
-        msg = "unknown field (check the spelling against the ClusterPlugin schema)"
+        msg = _unknown_field(prefix, root, e["loc"])
     elif e["type"] == "missing":
         msg = "is required"
     elif e["type"] == "enum":
         msg = f"must be one of {e.get('ctx', {}).get('expected', '')}; got {e.get('input')!r}"
-    extra = len(err.errors()) - 1
-    if extra:
-        msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
-    return InvalidInputError(field, msg)
+    return field, msg
+
+
+def _invalid(prefix: str, root: type[BaseModel], err: ValidationError) -> InvalidInputError:
+    """Every problem pydantic found, in its order, each naming its field."""
+    problems: list[tuple[str, str]] = []
+    for e in err.errors(include_url=False):
+        problem = _problem(prefix, root, e)
+        if problem not in problems:
+            problems.append(problem)
+    return InvalidInputError.of(problems)
 
 
 def parse_spec(spec: dict[str, Any]) -> ClusterPluginSpec:
-    """Validate an XR spec; raise InvalidInputError naming the first bad field."""
+    """Validate an XR spec; raise InvalidInputError naming every bad field."""
     ours = {k: v for k, v in spec.items() if k not in CROSSPLANE_SPEC_FIELDS}
     try:
         return ClusterPluginSpec.model_validate(ours)
     except ValidationError as err:
-        raise _first_error("spec", err) from None
+        raise _invalid("spec", ClusterPluginSpec, err) from None
 
 
 def parse_input(raw: dict[str, Any] | None) -> StepInput:
-    """Validate the step input; raise InvalidInputError naming the first bad field."""
+    """Validate the step input; raise InvalidInputError naming every bad field."""
     try:
         return StepInput.model_validate(raw or {})
     except ValidationError as err:
-        raise _first_error("input", err) from None
+        raise _invalid("input", StepInput, err) from None

@@ -36,10 +36,10 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
+from function.cluster import MAX_REQUIREMENT_ITERATIONS, fill
 
 ACCOUNT = "123456789012"
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
-MAX_REQUIREMENT_ITERATIONS = 5  # Crossplane's cap (xfn/required_resources.go)
 
 
 @dataclass
@@ -68,20 +68,6 @@ class Reconcile:
     iterations: int = 0
 
 
-def _matches(sel: fnv1.ResourceSelector, obj: dict[str, Any], *, use_namespace: bool) -> bool:
-    # The API server serves an object at any served version of its kind, so
-    # match on group and kind: the function must cope with either shape.
-    if _group(obj.get("apiVersion", "")) != _group(sel.api_version) or obj.get("kind") != sel.kind:
-        return False
-    meta = obj.get("metadata", {})
-    if use_namespace and sel.HasField("namespace") and meta.get("namespace") != sel.namespace:
-        return False
-    if sel.WhichOneof("match") == "match_name":
-        return bool(meta.get("name") == sel.match_name)
-    labels = meta.get("labels", {})
-    return all(labels.get(k) == v for k, v in sel.match_labels.labels.items())
-
-
 CLUSTER_KINDS = frozenset(
     {
         "Cluster",
@@ -108,10 +94,6 @@ def orphaned(release: dict[str, Any]) -> bool:
     spec = release.get("spec", {})
     policies = spec.get("managementPolicies", ["*"])
     return spec.get("deletionPolicy") == "Orphan" or not {"Delete", "*"} & set(policies)
-
-
-def _group(api_version: str) -> str:
-    return api_version.rpartition("/")[0]
 
 
 def _partition(region: str) -> str:
@@ -335,21 +317,7 @@ class World:
         return req
 
     def _fill(self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> None:
-        visible = self._visible_required()
-        req.ClearField("required_resources")
-        req.ClearField("extra_resources")
-        if not self.crossplane_v1:
-            for name, sel in rsp.requirements.resources.items():
-                items = req.required_resources[name]
-                for o in visible:
-                    if _matches(sel, o, use_namespace=True):
-                        items.items.add().resource.update(o)
-        for name, sel in rsp.requirements.extra_resources.items():
-            items = req.extra_resources[name]
-            # Crossplane 1.x selectors carry no namespace: every namespace matches.
-            for o in visible:
-                if _matches(sel, o, use_namespace=False):
-                    items.items.add().resource.update(o)
+        fill(req, rsp.requirements, self._visible_required(), crossplane_v1=self.crossplane_v1)
 
     def call(self) -> tuple[fnv1.RunFunctionResponse, int]:
         """Run the function through the required-resources loop; (final response, iterations)."""

@@ -59,21 +59,17 @@ from urllib.parse import urlencode
 
 import yaml
 
-from function.addons import security_groups
-from function.aws.inputs import CLUSTER_TAG, Target, build_target, load_all, load_documents
-from function.aws.preflight import (
-    AddonRole,
-    Clients,
-    addon_roles,
-    expected_policy_arn,
-    provider_arn_for,
-)
-from function.names import IAM_PATH
+from function.aws.checks import Clients
+from function.aws.issuer_checks import provider_arn_for
+from function.aws.role_checks import AddonRole, addon_roles, expected_policy_arn
+from function.aws.target import Target, build_target
+from function.files import load_documents
+from function.graph import CONTROL_PLANE, NODE, PortNeed
+from function.names import CLUSTER_TAG, IAM_PATH
 from function.oidc import discovery_document, jwks_document
 from function.policies import (
     DISCOVERY_KEY,
     JWKS_KEY,
-    MANAGED_POLICIES,
     STS_AUDIENCE,
     bucket_policy,
     external_dns_policy,
@@ -260,6 +256,7 @@ def serve() -> None:
 def function_managed_policies() -> list[str]:
     """The AWS-managed policy ARNs the function attaches (partition aws)."""
     from function.names import PARTITIONS
+    from function.registry import MANAGED_POLICIES
 
     return [managed_policy_arn(a, PARTITIONS["aws"]) for a in MANAGED_POLICIES]
 
@@ -364,12 +361,12 @@ def make_clients(
 
 
 def example_xr() -> dict[str, Any]:
-    return load_documents(EXAMPLE / "xr.yaml")[0]
+    return load_documents([EXAMPLE / "xr.yaml"])[0]
 
 
 def example_required(sg_ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The example's required objects, with the AWSCluster's group ids replaced by moto's."""
-    docs = load_all([EXAMPLE / "required"])
+    docs = load_documents([EXAMPLE / "required"])
     if sg_ids:
         for d in docs:
             if d.get("kind") == "AWSCluster":
@@ -380,7 +377,7 @@ def example_required(sg_ids: dict[str, str] | None = None) -> list[dict[str, Any
 
 
 def example_public_key() -> bytes:
-    secret = next(d for d in load_all([EXAMPLE / "required"]) if d.get("kind") == "Secret")
+    secret = next(d for d in load_documents([EXAMPLE / "required"]) if d.get("kind") == "Secret")
     return base64.b64decode(secret["data"]["tls.crt"])
 
 
@@ -416,12 +413,12 @@ def make_network(ec2: Any) -> Network:
         role: ec2.create_security_group(GroupName=f"demo-{role}", Description=role, VpcId=vpc)[
             "GroupId"
         ]
-        for role in (security_groups.CONTROL_PLANE, security_groups.NODE)
+        for role in (CONTROL_PLANE, NODE)
     }
     return Network(vpc, groups)
 
 
-def ingress_permission(need: security_groups.PortNeed, source_id: str) -> dict[str, Any]:
+def ingress_permission(need: PortNeed, source_id: str) -> dict[str, Any]:
     perm: dict[str, Any] = {
         "IpProtocol": need.protocol,
         "UserIdGroupPairs": [{"GroupId": source_id}],
@@ -435,7 +432,7 @@ def open_ports(
     ec2: Any, target: Target, groups: dict[str, str], *, skip: set[str] = frozenset()
 ) -> None:
     """Authorise every port the wanted add-ons need (what a correct AWSCluster makes CAPA do)."""
-    for need in security_groups.needs(target.spec):
+    for need in target.accepted.port_needs:
         if need.purpose in skip:
             continue
         for t in need.targets:
@@ -526,10 +523,10 @@ def compose(
             trust_overrides=trust_overrides or {},
             extra_attachments=extra_attachments or {},
         )
-        if addon.addon not in MANAGED_POLICIES:
-            out.policy_arns[addon.addon] = expected_policy_arn(target, account, addon.addon)
+        if not addon.managed_policy:
+            out.policy_arns[addon.addon] = expected_policy_arn(target, account, addon)
         if addon.addon == "lbc":
-            out.lbc_policy_arn = expected_policy_arn(target, account, "lbc")
+            out.lbc_policy_arn = expected_policy_arn(target, account, addon)
     return out
 
 
@@ -560,7 +557,7 @@ def _compose_role(
 ) -> str:
     iam = clients.iam
     tags = _tag_list({CLUSTER_TAG: target.owner_tag, "clusterplugin.dev/addon": addon.addon})
-    if addon.addon not in MANAGED_POLICIES:
+    if not addon.managed_policy:
         document, description = custom_policy(target, addon.addon)
         iam.create_policy(
             PolicyName=target.names.policy(addon.addon),
@@ -581,7 +578,7 @@ def _compose_role(
         Tags=tags,
     )
     for arn in [
-        expected_policy_arn(target, account, addon.addon),
+        expected_policy_arn(target, account, addon),
         *extra_attachments.get(addon.addon, []),
     ]:
         iam.attach_role_policy(RoleName=name, PolicyArn=arn)
@@ -600,10 +597,10 @@ def target_of(
     **kw: Any,
 ) -> Target:
     """The preflight target of ``examples/<example>`` (its XR changed by ``mutate_xr``)."""
-    xr = load_documents(EXAMPLES / example / "xr.yaml")[0]
+    xr = load_documents([EXAMPLES / example / "xr.yaml"])[0]
     if mutate_xr is not None:
         mutate_xr(xr)
-    docs = load_all([EXAMPLES / example / "required"])
+    docs = load_documents([EXAMPLES / example / "required"])
     if sg_ids:
         for d in docs:
             if d.get("kind") == "AWSCluster":

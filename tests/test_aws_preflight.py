@@ -29,10 +29,13 @@ import yaml
 from botocore.stub import Stubber
 from click.testing import CliRunner
 
+from function.accept import RegionError
+from function.aws import issuer_checks, role_checks
 from function.aws import preflight as pf
+from function.aws.checks import Check, Clients, Phase, Status
 from function.aws.cli import aws
-from function.aws.inputs import CLUSTER_TAG, InputError, Target, build_target
-from function.names import partition_of
+from function.aws.target import Target, build_target
+from function.names import CLUSTER_TAG, partition_of
 from function.oidc import jwks_document
 from function.policies import JWKS_KEY, STS_AUDIENCE, managed_policy_arn, trust_policy
 from tests import aws_helpers as h
@@ -48,11 +51,11 @@ def moto_server() -> Iterator[h.MotoServer]:
 @dataclass
 class World:
     server: h.MotoServer
-    clients: pf.Clients
+    clients: Clients
     network: h.Network
     target: Target
 
-    def run(self, phase: pf.Phase = pf.Phase.AUTO, target: Target | None = None) -> pf.Report:
+    def run(self, phase: Phase = Phase.AUTO, target: Target | None = None) -> pf.Report:
         return pf.run(target or self.target, self.clients, phase)
 
     def compose(self, **kw: Any) -> h.Composed:
@@ -70,7 +73,7 @@ def world(moto_server: h.MotoServer) -> World:
     return World(moto_server, clients, network, h.example_target(network.groups))
 
 
-def by_name(report: pf.Report) -> dict[str, pf.Check]:
+def by_name(report: pf.Report) -> dict[str, Check]:
     return {c.name: c for c in report.checks}
 
 
@@ -78,7 +81,7 @@ def problems(report: pf.Report) -> dict[str, str]:
     return {
         c.name: f"{c.status.value}: {c.message}"
         for c in report.checks
-        if c.status is not pf.Status.PASS
+        if c.status is not Status.PASS
     }
 
 
@@ -100,9 +103,9 @@ ALL_CHECKS = [
 
 def test_a_good_account_passes_every_check(world: World) -> None:
     world.compose()
-    for phase in (pf.Phase.AFTER, pf.Phase.AUTO):
+    for phase in (Phase.AFTER, Phase.AUTO):
         report = world.run(phase)
-        assert report.phase is pf.Phase.AFTER
+        assert report.phase is Phase.AFTER
         assert problems(report) == {}
         assert [c.name for c in report.checks] == ALL_CHECKS
         assert not report.failed
@@ -111,7 +114,7 @@ def test_a_good_account_passes_every_check(world: World) -> None:
 def test_an_empty_account_passes_before_creation(world: World) -> None:
     h.open_ports(world.clients.ec2, world.target, world.network.groups)
     report = world.run()
-    assert report.phase is pf.Phase.BEFORE
+    assert report.phase is Phase.BEFORE
     assert problems(report) == {}
     checks = by_name(report)
     assert "is free" in checks["bucket"].message
@@ -121,9 +124,9 @@ def test_an_empty_account_passes_before_creation(world: World) -> None:
 
 def test_phase_after_fails_for_what_is_missing_and_auto_only_warns(world: World) -> None:
     h.open_ports(world.clients.ec2, world.target, world.network.groups)
-    after = world.run(pf.Phase.AFTER)
-    assert by_name(after)["bucket"].status is pf.Status.FAIL
-    assert by_name(after)["role/vpc-cni"].status is pf.Status.FAIL
+    after = world.run(Phase.AFTER)
+    assert by_name(after)["bucket"].status is Status.FAIL
+    assert by_name(after)["role/vpc-cni"].status is Status.FAIL
     # The bucket exists but nothing else does yet: auto reports the rest as not created yet.
     s3 = world.clients.s3
     bucket = world.target.names.bucket
@@ -132,9 +135,9 @@ def test_phase_after_fails_for_what_is_missing_and_auto_only_warns(world: World)
         Bucket=bucket, Tagging={"TagSet": [{"Key": CLUSTER_TAG, "Value": "team-a/demo"}]}
     )
     auto = world.run()
-    assert auto.phase is pf.Phase.AFTER
+    assert auto.phase is Phase.AFTER
     assert not auto.failed, problems(auto)
-    assert {n for n, c in by_name(auto).items() if c.status is pf.Status.WARN} >= {
+    assert {n for n, c in by_name(auto).items() if c.status is Status.WARN} >= {
         "issuer/discovery",
         "issuer/jwks",
         "oidc-provider",
@@ -155,7 +158,7 @@ def test_account_level_block_public_access_fails_with_the_fix(world: World) -> N
     )
     report = world.run()
     check = by_name(report)["account/s3-block-public-access"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert "BlockPublicPolicy=true" in check.message
     assert "RestrictPublicBuckets=true" in check.message
     assert f"--account-id {h.ACCOUNT}" in check.fix
@@ -173,7 +176,7 @@ def test_account_level_block_of_acls_only_passes(world: World) -> None:
             "RestrictPublicBuckets": False,
         },
     )
-    assert by_name(world.run())["account/s3-block-public-access"].status is pf.Status.PASS
+    assert by_name(world.run())["account/s3-block-public-access"].status is Status.PASS
 
 
 @pytest.mark.parametrize(
@@ -192,12 +195,12 @@ def test_a_bucket_of_someone_else_in_this_account_fails(
         world.clients.s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags})
     report = world.run()
     check = by_name(report)["bucket"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert phrase in check.message
     assert "Crossplane would take it over" in check.message
     assert "spec.irsa.bucketName" in check.fix
     assert "namePrefix" in check.fix
-    assert report.phase is pf.Phase.BEFORE  # not ours: nothing else is read from it
+    assert report.phase is Phase.BEFORE  # not ours: nothing else is read from it
 
 
 def test_a_bucket_owned_by_another_account_fails() -> None:
@@ -213,9 +216,9 @@ def test_a_bucket_owned_by_another_account_fails() -> None:
             service_message="Forbidden",
             http_status_code=403,
         )
-        check, state = pf.check_bucket(s3, "irsa-team-a-demo-1960e3", "us-east-1", "team-a/demo")
-    assert state is pf.BucketState.TAKEN
-    assert check.status is pf.Status.FAIL
+        check, state = issuer_checks.check_bucket(s3, "irsa-team-a-demo-1960e3", "us-east-1", "team-a/demo")
+    assert state is issuer_checks.BucketState.TAKEN
+    assert check.status is Status.FAIL
     assert "owned by another AWS account" in check.message
     assert "spec.irsa.bucketName" in check.fix
     assert "namePrefix" in check.fix
@@ -223,11 +226,11 @@ def test_a_bucket_owned_by_another_account_fails() -> None:
 
 def test_a_wrong_service_account_in_the_trust_policy_is_named(world: World) -> None:
     t = world.target
-    provider = pf.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
+    provider = issuer_checks.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
     wrong = trust_policy(provider, t.issuer_host_path, "kube-system", "aws-vpc-cni")
     world.compose(trust_overrides={"vpc-cni": wrong})
     check = by_name(world.run())["role/vpc-cni"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert (
         "trust policy sub is system:serviceaccount:kube-system:aws-vpc-cni, "
         "expected system:serviceaccount:kube-system:aws-node"
@@ -238,7 +241,7 @@ def test_a_wrong_service_account_in_the_trust_policy_is_named(world: World) -> N
 
 def test_a_missing_audience_is_named(world: World) -> None:
     t = world.target
-    provider = pf.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
+    provider = issuer_checks.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
     doc = {
         "Version": "2012-10-17",
         "Statement": [
@@ -257,18 +260,18 @@ def test_a_missing_audience_is_named(world: World) -> None:
     world.compose(trust_overrides={"ebs-csi": json.dumps(doc)})
     report = world.run()
     check = by_name(report)["role/ebs-csi"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert check.message.endswith(
         f"trust policy has no aud condition, expected {t.issuer_host_path}:aud = {STS_AUDIENCE}"
     )
-    assert by_name(report)["role/efs-csi"].status is pf.Status.PASS
+    assert by_name(report)["role/efs-csi"].status is Status.PASS
 
 
 def test_a_wrong_policy_attached_is_named(world: World) -> None:
     admin = "arn:aws:iam::aws:policy/AdministratorAccess"
     world.compose(extra_attachments={"efs-csi": [admin]})
     check = by_name(world.run())["role/efs-csi/policies"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert f"unexpected attached policy {admin}" in check.message
     assert (
         f"detach-role-policy --role-name {world.target.names.role('efs-csi')} --policy-arn {admin}"
@@ -280,10 +283,12 @@ def test_a_policy_missing_and_another_attached_instead(world: World) -> None:
     world.compose()
     iam, t = world.clients.iam, world.target
     role = t.names.role("vpc-cni")
-    cni = managed_policy_arn("vpc-cni", partition_of(t.region))
+    cni = managed_policy_arn("policy/AmazonEKS_CNI_Policy", partition_of(t.region))
     iam.detach_role_policy(RoleName=role, PolicyArn=cni)
     iam.attach_role_policy(
-        RoleName=role, PolicyArn=managed_policy_arn("efs-csi", partition_of(t.region))
+        RoleName=role, PolicyArn=managed_policy_arn(
+            "policy/service-role/AmazonEFSCSIDriverPolicy", partition_of(t.region)
+        )
     )
     extra = {
         "Version": "2012-10-17",
@@ -291,7 +296,7 @@ def test_a_policy_missing_and_another_attached_instead(world: World) -> None:
     }
     iam.put_role_policy(RoleName=role, PolicyName="extra", PolicyDocument=json.dumps(extra))
     check = by_name(world.run())["role/vpc-cni/policies"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert f"{cni} is not attached" in check.message
     assert "AmazonEFSCSIDriverPolicy" in check.message
     assert "unexpected inline policy extra" in check.message
@@ -302,10 +307,10 @@ def test_a_jwks_built_from_another_key_is_detected(world: World) -> None:
     report = world.run()
     check = by_name(report)["issuer/jwks"]
     expected_kid = json.loads(jwks_document(h.example_public_key()))["keys"][0]["kid"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert f"expected kid {expected_kid} (from Secret team-a/demo-sa)" in check.message
     assert "built from a different key" in check.message
-    assert by_name(report)["issuer/discovery"].status is pf.Status.PASS
+    assert by_name(report)["issuer/discovery"].status is Status.PASS
 
 
 def test_jwks_with_an_extra_key_and_a_private_object_are_reported(world: World) -> None:
@@ -322,7 +327,7 @@ def test_jwks_with_an_extra_key_and_a_private_object_are_reported(world: World) 
     s3.delete_bucket_policy(Bucket=t.names.bucket)
     report = world.run()
     for name in ("issuer/discovery", "issuer/jwks"):
-        assert by_name(report)[name].status is pf.Status.FAIL
+        assert by_name(report)[name].status is Status.FAIL
         assert "not publicly readable" in by_name(report)[name].message
 
 
@@ -331,7 +336,7 @@ def test_an_oidc_provider_that_is_not_ours_fails(world: World) -> None:
         Url=world.target.issuer_url, ClientIDList=[STS_AUDIENCE]
     )
     check = by_name(world.run())["oidc-provider"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert "EntityAlreadyExists" in check.message
     assert "delete-open-id-connect-provider" in check.fix
 
@@ -342,14 +347,14 @@ def test_oidc_provider_quota(world: World) -> None:
             Url=f"https://issuer-{i}.example.com", ClientIDList=[STS_AUDIENCE]
         )
     check = by_name(world.run())["oidc-provider/quota"]
-    assert check.status is pf.Status.WARN
+    assert check.status is Status.WARN
     assert "90 of 100" in check.message
     for i in range(90, 100):
         world.clients.iam.create_open_id_connect_provider(
             Url=f"https://issuer-{i}.example.com", ClientIDList=[STS_AUDIENCE]
         )
     check = by_name(world.run())["oidc-provider/quota"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert "LimitExceeded" in check.message
 
 
@@ -359,19 +364,19 @@ def test_missing_ports_on_capa_groups_name_the_awscluster_entries(world: World) 
     checks = by_name(world.run())
     node, cp = world.network.groups["node"], world.network.groups["controlplane"]
     cni = checks["security-groups/vpc-cni-all"]
-    assert cni.status is pf.Status.FAIL
+    assert cni.status is Status.FAIL
     assert "all traffic (vpc-cni) (protocol -1) is not open on" in cni.message
     assert "AWSCluster team-a/demo spec.network.cni.cniIngressRules" in cni.fix
     assert '"protocol": "-1"' in cni.fix
     lbc = checks["security-groups/lbc-webhook"]
-    assert lbc.status is pf.Status.FAIL
+    assert lbc.status is Status.FAIL
     assert f"(tcp 9443-9443) is not open on {node} (node) from {cp} (controlplane)" in lbc.message
     assert "spec.network.additionalNodeIngressRules" in lbc.fix
     assert '"sourceSecurityGroupRoles": ["controlplane"]' in lbc.fix
     h.open_ports(world.clients.ec2, world.target, world.network.groups, skip={"vpc-cni-all"})
     checks = by_name(world.run())
-    assert checks["security-groups/lbc-webhook"].status is pf.Status.PASS
-    assert checks["security-groups/vpc-cni-all"].status is pf.Status.FAIL
+    assert checks["security-groups/lbc-webhook"].status is Status.PASS
+    assert checks["security-groups/vpc-cni-all"].status is Status.FAIL
 
 
 def test_ports_on_override_groups_are_composed_by_the_function(world: World) -> None:
@@ -380,10 +385,10 @@ def test_ports_on_override_groups_are_composed_by_the_function(world: World) -> 
     infra["spec"]["network"]["securityGroupOverrides"] = dict(world.network.groups)
     target = build_target(h.example_xr(), required=docs)
     before = by_name(world.run(target=target))
-    assert before["security-groups/lbc-webhook"].status is pf.Status.PASS
+    assert before["security-groups/lbc-webhook"].status is Status.PASS
     assert "the function composes" in before["security-groups/lbc-webhook"].message
-    after = by_name(world.run(pf.Phase.AFTER, target=target))
-    assert after["security-groups/lbc-webhook"].status is pf.Status.FAIL
+    after = by_name(world.run(Phase.AFTER, target=target))
+    assert after["security-groups/lbc-webhook"].status is Status.FAIL
     assert "sg-lbc-webhook-*" in after["security-groups/lbc-webhook"].fix
 
 
@@ -398,13 +403,13 @@ def test_external_irsa_checks_the_given_provider(world: World) -> None:
     }
     target = build_target(xr, required=h.example_required(world.network.groups))
     check = by_name(world.run(target=target))["oidc-provider"]
-    assert check.status is pf.Status.FAIL
+    assert check.status is Status.FAIL
     assert "does not exist" in check.message
     world.clients.iam.create_open_id_connect_provider(
         Url=f"https://{issuer}", ClientIDList=[STS_AUDIENCE]
     )
     report = world.run(target=target)
-    assert by_name(report)["oidc-provider"].status is pf.Status.PASS
+    assert by_name(report)["oidc-provider"].status is Status.PASS
     assert "bucket" not in by_name(report)
 
 
@@ -430,7 +435,7 @@ def _trust(**condition: Any) -> dict[str, Any]:
 
 
 def _problems(doc: Any) -> list[str]:
-    return pf.trust_policy_problems(
+    return role_checks.trust_policy_problems(
         doc,
         provider_arn=PROVIDER,
         issuer_host_path=HOST,
@@ -584,11 +589,16 @@ def test_namespace_and_region_sources() -> None:
         d["metadata"]["namespace"] = "team-c"
     target = build_target(xr, required=required)
     assert (target.namespace, target.region) == ("team-c", "us-east-1")
-    with pytest.raises(InputError, match="no region"):
+    with pytest.raises(RegionError, match="region is unknown"):
         build_target(xr)
-    assert build_target(xr, region="eu-west-1").region == "eu-west-1"
+    assert build_target(xr, region_flag="eu-west-1").region == "eu-west-1"
+    # The function's region wins; a flag that disagrees with it is refused.
+    with pytest.raises(RegionError, match=r"disagrees with AWSCluster spec\.region us-east-1"):
+        build_target(xr, required=required, region_flag="eu-west-1")
     xr["spec"]["region"] = "us-west-2"
-    assert build_target(xr, required=required, region="eu-west-1").region == "us-west-2"
+    assert build_target(xr, required=required).region == "us-west-2"
+    with pytest.raises(RegionError, match=r"disagrees with spec\.region us-west-2"):
+        build_target(xr, required=required, region_flag="eu-west-1")
 
 
 # --- the cluster's deletion: CAPA's external resource GC --------------------------------------
@@ -607,14 +617,14 @@ def _with_gc_annotation(world: World, value: str | None) -> Target:
 def test_external_resource_gc_turned_off_is_a_warning_with_the_fix(world: World) -> None:
     report = world.run(target=_with_gc_annotation(world, "false"))
     check = by_name(report)["deletion/external-resource-gc"]
-    assert check.status is pf.Status.WARN
+    assert check.status is Status.WARN
     assert "AWSCluster team-a/demo turns CAPA's external resource GC off" in check.message
-    assert "the AWS Load Balancer Controller and the cloud controller manager" in check.message
+    assert "the cloud controller manager and the AWS Load Balancer Controller" in check.message
     assert "remove the aws.cluster.x-k8s.io/external-resource-gc annotation" in check.fix
     # A warning, not a failure: the same checks fail with and without it.
     baseline = world.run(target=_with_gc_annotation(world, None))
-    failing = {c.name for c in report.checks if c.status is pf.Status.FAIL}
-    assert failing == {c.name for c in baseline.checks if c.status is pf.Status.FAIL}
+    failing = {c.name for c in report.checks if c.status is Status.FAIL}
+    assert failing == {c.name for c in baseline.checks if c.status is Status.FAIL}
 
 
 def test_external_resource_gc_on_by_default_passes(world: World) -> None:
@@ -622,7 +632,7 @@ def test_external_resource_gc_on_by_default_passes(world: World) -> None:
         check = by_name(world.run(target=_with_gc_annotation(world, value)))[
             "deletion/external-resource-gc"
         ]
-        assert check.status is pf.Status.PASS, value
+        assert check.status is Status.PASS, value
 
 
 def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world: World) -> None:
@@ -635,7 +645,7 @@ def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world
 
 def test_external_resource_gc_unknown_without_the_awscluster(world: World) -> None:
     xr = h.example_xr()
-    target = build_target(xr, region="us-east-1")
+    target = build_target(xr, region_flag="us-east-1")
     check = by_name(world.run(target=target))["deletion/external-resource-gc"]
-    assert check.status is pf.Status.WARN
+    assert check.status is Status.WARN
     assert check.message == "no AWSCluster given: cannot tell whether CAPA's external resource GC is on"

@@ -40,13 +40,12 @@ import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
-from function.addons import security_groups
+from function.aws.checks import Clients
 from function.aws.cli import aws
-from function.aws.inputs import CLUSTER_TAG, Target
-from function.aws.preflight import Clients
 from function.aws.provider_policy import UNSCOPED_ACTIONS, provider_policy
-from function.names import IAM_PATH, PARTITIONS, Names
-from function.policies import DISCOVERY_KEY, JWKS_KEY, MANAGED_POLICIES, managed_policy_arn
+from function.aws.target import Target
+from function.names import CLUSTER_TAG, IAM_PATH, PARTITIONS, Names
+from function.policies import DISCOVERY_KEY, JWKS_KEY
 from tests import aws_helpers as h
 
 DENIED = {"AccessDenied", "AccessDeniedException", "403", "UnauthorizedOperation"}
@@ -146,7 +145,7 @@ def test_policy_lets_the_provider_manage_everything_the_function_composes(
     bucket = target.names.bucket
     s3, iam, ec2 = user.s3, user.iam, user.ec2
     node, cp = w.network.groups["node"], w.network.groups["controlplane"]
-    lbc_need = next(n for n in security_groups.needs(target.spec) if n.purpose == "lbc-webhook")
+    lbc_need = next(n for n in target.accepted.port_needs if n.purpose == "lbc-webhook")
     rule = call(
         "ec2:AuthorizeSecurityGroupIngress",
         lambda: ec2.authorize_security_group_ingress(
@@ -514,8 +513,11 @@ def test_attach_and_detach_are_limited_to_the_addon_policies() -> None:
         st = next(s for s in _statements(policy) if "iam:AttachRolePolicy" in s["Action"])
         assert set(st["Action"]) == {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
         allowed = st["Condition"]["ArnLike"]["iam:PolicyARN"]
-        assert set(allowed) == {managed_policy_arn(a, partition) for a in MANAGED_POLICIES} | {
-            f"arn:{partition.name}:iam::{h.ACCOUNT}:policy/clusterplugin/*"
+        assert set(allowed) == {
+            f"arn:{partition.name}:iam::aws:policy/AmazonEKS_CNI_Policy",
+            f"arn:{partition.name}:iam::aws:policy/AmazonEBSCSIDriverPolicyV2",
+            f"arn:{partition.name}:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
+            f"arn:{partition.name}:iam::{h.ACCOUNT}:policy/clusterplugin/*",
         }
         lbc = f"arn:{partition.name}:iam::{h.ACCOUNT}:policy{IAM_PATH}{Names('', 'team-a', 'demo').policy('lbc')}"
         admin = f"arn:{partition.name}:iam::aws:policy/AdministratorAccess"

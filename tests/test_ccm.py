@@ -24,7 +24,7 @@ WAIT_FOR_CCM = (
 )
 
 
-def _release_values(world: World, name: str = ccm.NODE) -> dict[str, Any]:
+def _release_values(world: World, name: str = ccm.RELEASE.node) -> dict[str, Any]:
     return world.composed[name].obj["spec"]["forProvider"]["values"]
 
 
@@ -52,17 +52,17 @@ def test_ccm_first_then_everything_that_needs_initialized_nodes(scenario) -> Non
             if c.ready:
                 ready.setdefault(name, rec.step + 1)
     assert world.xr_ready and not world.deletions
-    assert first[ccm.NODE] == initialized_at, "the CCM waits only for an initialized control plane"
+    assert first[ccm.RELEASE.node] == initialized_at, "the CCM waits only for an initialized control plane"
     for name in WAIT_FOR_CCM:
         if name in first:
-            assert first[name] >= ready[ccm.NODE], f"{name} appeared before the CCM was Ready"
+            assert first[name] >= ready[ccm.RELEASE.node], f"{name} appeared before the CCM was Ready"
     assert any(name in first for name in WAIT_FOR_CCM)
 
 
 def test_the_cni_does_not_wait_for_the_ccm() -> None:
     world = by_name("calico-legacy-claim").world()
-    world.held_down = {ccm.NODE}
-    world.run(12, before=lambda w: (staged_control_plane(3, 8)(w), w.held_down.add(ccm.NODE)))
+    world.held_down = {ccm.RELEASE.node}
+    world.run(12, before=lambda w: (staged_control_plane(3, 8)(w), w.held_down.add(ccm.RELEASE.node)))
     assert {"calico-crds-release", "cni-release"} <= set(world.composed)
     assert not set(WAIT_FOR_CCM) & set(world.composed)
     plugins = {p["name"]: p for p in world.xr["status"]["plugins"]}
@@ -81,9 +81,9 @@ def test_owned_values() -> None:
         "--cluster-name=demo",
         "--configure-cloud-routes=false",
     ]
-    assert values["namespace"] == "kube-system" == world.composed[ccm.NODE].obj["spec"]["forProvider"]["namespace"]
-    assert world.composed[ccm.NODE].obj["spec"]["forProvider"]["wait"] is True
-    assert world.composed[ccm.NODE].obj["metadata"]["annotations"]["crossplane.io/external-name"] == "aws-cloud-controller-manager"
+    assert values["namespace"] == "kube-system" == world.composed[ccm.RELEASE.node].obj["spec"]["forProvider"]["namespace"]
+    assert world.composed[ccm.RELEASE.node].obj["spec"]["forProvider"]["wait"] is True
+    assert world.composed[ccm.RELEASE.node].obj["metadata"]["annotations"]["crossplane.io/external-name"] == "aws-cloud-controller-manager"
 
 
 @pytest.mark.parametrize(("minor", "tag"), sorted(ccm.IMAGE_TAGS.items()))
@@ -118,7 +118,7 @@ def test_an_upgrade_moves_the_tag_in_place_once_the_control_plane_runs_the_new_m
     world = by_name("selfhosted-full").world(staged=False)
     world.run(15)
     assert world.xr_ready
-    created_at = world.composed[ccm.NODE].created_at
+    created_at = world.composed[ccm.RELEASE.node].created_at
     assert _release_values(world)["image"]["tag"] == "v1.33.4"
 
     # The KubeadmControlPlane is told 1.34; its machines still run 1.33: a CCM newer than
@@ -130,8 +130,8 @@ def test_an_upgrade_moves_the_tag_in_place_once_the_control_plane_runs_the_new_m
     _set_version(world, "v1.34.1")
     rec = world.reconcile()
     assert _release_values(world)["image"]["tag"] == "v1.34.3"
-    assert ccm.NODE not in rec.created and ccm.NODE not in rec.deleted
-    assert world.composed[ccm.NODE].created_at == created_at
+    assert ccm.RELEASE.node not in rec.created and ccm.RELEASE.node not in rec.deleted
+    assert world.composed[ccm.RELEASE.node].created_at == created_at
     world.run(3)
     assert world.deletions == []
     assert world.xr_ready
@@ -155,7 +155,7 @@ def test_an_unknown_minor_uses_the_charts_default_tag_and_says_so() -> None:
     _set_version(world, "v1.38.0")
     world.run(15)
     assert "image" not in _release_values(world)
-    plugin = next(p for p in world.xr["status"]["plugins"] if p["name"] == ccm.PLUGIN)
+    plugin = next(p for p in world.xr["status"]["plugins"] if p["name"] == ccm.ADDON.name)
     assert plugin["phase"] == "Ready"
     assert "Kubernetes v1.38.0 is outside this function's CCM version table" in plugin["message"]
     assert "spec.cloudProvider.aws.values.image.tag" in plugin["message"]
@@ -165,7 +165,7 @@ def test_an_unknown_minor_uses_the_charts_default_tag_and_says_so() -> None:
     world.xr["spec"]["cloudProvider"]["aws"]["values"] = {"image": {"tag": "v1.38.0"}}
     world.run(2)
     assert _release_values(world)["image"] == {"tag": "v1.38.0"}
-    plugin = next(p for p in world.xr["status"]["plugins"] if p["name"] == ccm.PLUGIN)
+    plugin = next(p for p in world.xr["status"]["plugins"] if p["name"] == ccm.ADDON.name)
     assert "message" not in plugin
     assert world.deletions == []
 
@@ -173,10 +173,10 @@ def test_an_unknown_minor_uses_the_charts_default_tag_and_says_so() -> None:
 def test_a_missing_control_plane_read_keeps_the_release_as_it_was() -> None:
     world = by_name("selfhosted-full").world(staged=False)
     world.run(15)
-    before = copy.deepcopy(world.composed[ccm.NODE].obj["spec"]["forProvider"])
+    before = copy.deepcopy(world.composed[ccm.RELEASE.node].obj["spec"]["forProvider"])
     world.hidden = {"KubeadmControlPlane/demo-control-plane"}
     world.run(2)
-    assert world.composed[ccm.NODE].obj["spec"]["forProvider"] == before
+    assert world.composed[ccm.RELEASE.node].obj["spec"]["forProvider"] == before
     assert world.deletions == []
 
 
@@ -186,7 +186,7 @@ def test_the_ccm_has_no_iam_role() -> None:
     del without.xr["spec"]["cloudProvider"]
     with_ccm.run(15)
     without.run(15)
-    assert set(with_ccm.composed) - set(without.composed) == {ccm.NODE}
+    assert set(with_ccm.composed) - set(without.composed) == {ccm.RELEASE.node}
     assert with_ccm.xr["status"]["roleARNs"] == without.xr["status"]["roleARNs"]
     kinds = {c.obj["kind"] for n, c in with_ccm.composed.items() if "ccm" in n}
     assert kinds == {"Release"}

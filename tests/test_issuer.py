@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import issuer, render
+from function import files, issuer, render
 from function.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,11 +21,13 @@ def invoke(*args: str) -> Any:
     return CliRunner().invoke(cli, ["issuer", *args], catch_exceptions=False)
 
 
-def rendered_issuer(name: str, *, step_input: dict[str, Any] | None = None) -> str:
+def rendered_issuer(
+    name: str, *, step_input: dict[str, Any] | None = None, xr: Path | None = None
+) -> str:
     ex = EXAMPLES / name
     out = render.render(
-        render.load_one(ex / "xr.yaml", "XR"),
-        required=render.load_documents([ex / "required"]),
+        files.load_one(xr or ex / "xr.yaml", "XR"),
+        required=files.load_documents([ex / "required"]),
         step_input=step_input,
     )
     assert out.fatal is None
@@ -117,13 +119,23 @@ def test_name_prefix_and_bucket_name_change_the_issuer(tmp_path: Path) -> None:
         "selfhosted-full", step_input={"namePrefix": "acme-"}
     )
 
-    def bucket(x: dict[str, Any]) -> None:
-        x["spec"]["irsa"]["bucketName"] = "my-oidc-bucket"
+    def bucket(name: str) -> Any:
+        def change(x: dict[str, Any]) -> None:
+            x["spec"]["irsa"]["bucketName"] = name
 
-    path = write_xr(tmp_path, "selfhosted-full", bucket)
-    assert (
-        issuer_json(str(path))["issuerURL"] == "https://my-oidc-bucket.s3.us-east-1.amazonaws.com"
-    )
+        return change
+
+    # A bucket name must carry the XR's binding suffix, as the function demands: the
+    # issuer is fixed at the cluster's first boot, so printing one it would refuse
+    # would mean recreating the cluster.
+    r = invoke(str(write_xr(tmp_path, "selfhosted-full", bucket("acme-irsa-demo"))))
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "spec.irsa.bucketName: 'acme-irsa-demo' must end with '-1960e37ce9a93a17'" in r.stderr
+    bound = "acme-irsa-demo-1960e37ce9a93a17"
+    path = write_xr(tmp_path, "selfhosted-full", bucket(bound))
+    assert issuer_json(str(path))["issuerURL"] == f"https://{bound}.s3.us-east-1.amazonaws.com"
+    assert issuer_json(str(path))["issuerURL"] == rendered_issuer("selfhosted-full", xr=path)
 
 
 def test_china_region_uses_the_china_dns_suffix(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import render
+from function import files, render
 from function.main import cli
 from function.world import COMPOSITION_RESOURCE_NAME, World
 from tests import kube_schema
@@ -81,10 +81,10 @@ def check_golden(path: Path, text: str) -> None:
 
 def _example_world(name: str) -> World:
     ex = EXAMPLES / name
-    xr = render.load_one(ex / "xr.yaml", "XR")
-    _, step_input = render.step_from_composition(render.load_documents([composition_of(name)]))
+    xr = files.load_one(ex / "xr.yaml", "XR")
+    _, step_input = files.step_from_composition(files.load_documents([composition_of(name)]))
     return World(
-        xr, render.load_documents([ex / "required"]), step_input=step_input, capabilities=True
+        xr, files.load_documents([ex / "required"]), step_input=step_input, capabilities=True
     )
 
 
@@ -262,11 +262,11 @@ def test_step_input_comes_from_the_composition_step_of_this_function(tmp_path: P
     ]
     path = tmp_path / "composition.yaml"
     path.write_text(yaml.safe_dump(comp))
-    assert render.step_from_composition(render.load_documents([path]))[0] == "plugins"
+    assert files.step_from_composition(files.load_documents([path]))[0] == "plugins"
     # A Function installed by hand under the package's own name is found as well.
     assert ours["functionRef"]["name"] == "function-cluster-plugin-function-cluster-plugin"
     ours["functionRef"]["name"] = "function-cluster-plugin"
-    assert render.step_from_composition([comp])[0] == "plugins"
+    assert files.step_from_composition([comp])[0] == "plugins"
     ours["functionRef"]["name"] = "function-cluster-plugin-function-cluster-plugin"
     path.write_text(yaml.safe_dump(comp))
 
@@ -311,6 +311,30 @@ def test_composition_without_this_function_is_a_usage_error(tmp_path: Path) -> N
     r = invoke(*r_args(EXAMPLES / "selfhosted-full", path))
     assert r.exit_code == 2
     assert "function-cluster-plugin" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("xr", "composition", "says"),
+    [
+        ("claim.yaml", "v1", "this is the legacy Composition"),
+        ("xr.yaml", "v2", "this is the namespaced Composition"),
+    ],
+)
+def test_render_with_the_other_flavours_composition_says_the_flavours_differ(
+    xr: str, composition: str, says: str
+) -> None:
+    ex = EXAMPLES / "calico-legacy-claim"
+    r = invoke(
+        "render",
+        str(ex / xr),
+        "--required",
+        str(ex / "required"),
+        "--composition",
+        str(ROOT / "apis" / composition / "composition.yaml"),
+    )
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "the flavours differ" in r.stderr and says in r.stderr
 
 
 def test_fatal_exits_1_naming_the_field(tmp_path: Path) -> None:
@@ -388,9 +412,9 @@ def test_load_documents_reads_directories_streams_and_lists(tmp_path: Path) -> N
     (tmp_path / "a.yaml").write_text("---\nkind: A\n---\n---\nkind: B\n")
     (tmp_path / "b.yml").write_text("kind: List\nitems:\n- kind: C\n- kind: D\n")
     (tmp_path / "ignored.txt").write_text("kind: E\n")
-    assert [d["kind"] for d in render.load_documents([tmp_path])] == ["A", "B", "C", "D"]
-    with pytest.raises(render.RenderError):
-        render.load_documents([tmp_path / "missing.yaml"])
+    assert [d["kind"] for d in files.load_documents([tmp_path])] == ["A", "B", "C", "D"]
+    with pytest.raises(files.InputFileError):
+        files.load_documents([tmp_path / "missing.yaml"])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -398,6 +422,6 @@ def test_functions_yaml_is_a_valid_development_function(name: str) -> None:
     fn = yaml.safe_load((EXAMPLES / name / "functions.yaml").read_text())
     assert fn["apiVersion"] == "pkg.crossplane.io/v1"
     assert fn["kind"] == "Function"
-    assert fn["metadata"]["name"] == render.FUNCTION_NAME
+    assert fn["metadata"]["name"] == files.FUNCTION_NAME
     assert fn["metadata"]["annotations"]["render.crossplane.io/runtime"] == "Development"
     assert kube_schema.validate(fn) == []  # includes the CEL rule on spec.package

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import simulate
+from function import files, simulate
 from function.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,11 +223,10 @@ def test_plain_text_output_has_the_timeline() -> None:
 
 def test_live_view_renders_the_timeline(capsys: pytest.CaptureFixture[str]) -> None:
     # rich comes with the dev extra (the live view needs it); no skip when it is missing.
-    from function import render
 
     ex = EXAMPLES / "external-eks"
     sim = simulate.Simulator(
-        render.load_one(ex / "xr.yaml", "XR"), render.load_documents([ex / "required"])
+        files.load_one(ex / "xr.yaml", "XR"), files.load_documents([ex / "required"])
     )
     result = simulate.run_live(sim, delay=0)
     out = capsys.readouterr().out

@@ -1,1 +1,5 @@
-"""One module per add-on; each declares its nodes, gates and Helm values."""
+"""One module per add-on, each declaring its ``Addon`` (function/graph.py), and what they share.
+
+Shared: ``cni`` (the CNI whichever installs it), ``iam`` (an add-on's IRSA role and its
+release's gates), ``helm`` (Releases and owned values), ``security_groups`` (ports).
+"""

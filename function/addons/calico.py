@@ -2,40 +2,58 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from function.addons import security_groups
+from function.addons import cni, security_groups
 from function.addons.helm import release
 from function.graph import (
     Addon,
     Ctx,
     MissingFactError,
     Node,
-    OwnedValues,
     Plugin,
+    PortNeed,
+    Release,
+    Usage,
     Wait,
     after,
     control_plane_initialized,
 )
-from function.spec import CalicoEncapsulation
+from function.spec import CalicoEncapsulation, CalicoSpec
 
-PLUGIN = "calico"
 NAMESPACE = "tigera-operator"
+# tigera-operator v3.32+ no longer ships Calico's CRDs: they are a chart of their own.
+CRDS = Release("calico-crds-release", lambda charts: charts.calico_crds, NAMESPACE, "calico-crds")
+OPERATOR = Release(
+    cni.RELEASE, lambda charts: charts.calico, NAMESPACE, "tigera-operator", wait=True
+)
 OWNED = (("installation", "calicoNetwork", "ipPools"), ("installation", "calicoNetwork", "bgp"))
 
 
 def _pod_cidr(ctx: Ctx) -> str:
-    spec = ctx.spec.networking.calico
+    spec = ADDON.spec(ctx.spec)
     if spec is not None and spec.cidr:
         return spec.cidr
     if ctx.facts.pod_cidr:
         return ctx.facts.pod_cidr
-    if ctx.facts.cluster_found or ctx.facts.control_plane_found:
+    if ctx.facts.cluster_found:
         raise MissingFactError(
             Wait(
                 "pod CIDR",
-                "set spec.networking.calico.cidr, "
-                "or the Cluster's spec.clusterNetwork.pods.cidrBlocks",
+                f"set {ADDON.spec_path}.cidr, or the Cluster's spec.clusterNetwork.pods.cidrBlocks",
+                blocked=True,
+            )
+        )
+    if ctx.facts.control_plane_found:
+        # Crossplane 1.x reads no Cluster (its selectors carry no namespace, see
+        # function/cluster.py): only the spec or the control plane can say.
+        raise MissingFactError(
+            Wait(
+                "pod CIDR",
+                f"set {ADDON.spec_path}.cidr: on Crossplane 1.x the function cannot read "
+                "the namespaced Cluster (its spec.clusterNetwork), and the control plane "
+                "sets no kubeadm clusterConfiguration.networking.podSubnet",
                 blocked=True,
             )
         )
@@ -43,22 +61,15 @@ def _pod_cidr(ctx: Ctx) -> str:
 
 
 def crds_release(ctx: Ctx) -> dict[str, Any]:
-    """Calico's CRDs: tigera-operator v3.32+ no longer ships them."""
-    spec = ctx.spec.networking.calico
+    """Calico's CRDs."""
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
-    return release(
-        ctx,
-        chart=ctx.step.charts.calico_crds,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="calico-crds",
-        values={},
-    )
+    return release(ctx, CRDS, values={}, version=spec.version)
 
 
 def cni_release(ctx: Ctx) -> dict[str, Any]:
     """tigera-operator with one IPv4 pool on the cluster's pod CIDR."""
-    spec = ctx.spec.networking.calico
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     encapsulation = spec.encapsulation
     values = {
@@ -82,34 +93,51 @@ def cni_release(ctx: Ctx) -> dict[str, Any]:
             },
         }
     }
-    return release(
-        ctx,
-        chart=ctx.step.charts.calico,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="tigera-operator",
-        values=values,
-        user_values=spec.values,
-        wait=True,
-    )
+    return release(ctx, OPERATOR, values=values, version=spec.version, user_values=spec.values)
+
+
+@functools.cache  # one per encapsulation
+def _ports(encapsulation: CalicoEncapsulation) -> tuple[PortNeed, ...]:
+    def need(purpose: str, protocol: str, lo: int, hi: int, what: str) -> PortNeed:
+        return security_groups.cni_need(purpose, protocol, lo, hi, what)
+
+    # The operator always deploys Typha; CAPA's default Calico rules lack it.
+    needs = [need("calico-typha", "tcp", 5473, 5473, "typha (calico)")]
+    if encapsulation is CalicoEncapsulation.VXLAN:
+        needs.append(need("calico-vxlan", "udp", 4789, 4789, "vxlan (calico)"))
+    else:
+        needs.append(need("calico-bgp", "tcp", 179, 179, "bgp (calico)"))
+    if encapsulation is CalicoEncapsulation.IPIP:
+        needs.append(need("calico-ipip", "4", -1, 65535, "IP-in-IP (calico)"))
+    return tuple(needs)
+
+
+def ports(spec: CalicoSpec) -> tuple[PortNeed, ...]:
+    """Typha, and VXLAN or BGP (and IP-in-IP) between every node."""
+    return _ports(spec.encapsulation)
+
+
+_RELEASES = (
+    Node(CRDS.node, crds_release, (control_plane_initialized,)),
+    Node(OPERATOR.node, cni_release, (control_plane_initialized, after(CRDS.node))),
+)
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The Calico plugin, when wanted."""
-    if ctx.spec.networking.calico is None:
+    spec = ADDON.spec(ctx.spec)
+    if spec is None:
         return None
-    nodes = [
-        Node("calico-crds-release", crds_release, (control_plane_initialized,)),
-        Node("cni-release", cni_release, (control_plane_initialized, after("calico-crds-release"))),
-        *security_groups.nodes(ctx, PLUGIN),
-    ]
-    return Plugin(PLUGIN, tuple(nodes))
+    return Plugin(ADDON.name, (*_RELEASES, *security_groups.nodes(ctx, ports(spec))))
 
 
 ADDON = Addon(
+    "calico",
     plugin,
-    owned_values=(
-        OwnedValues("spec.networking.calico.values", lambda s: s.networking.calico, OWNED),
-    ),
-    usages=(("cni-release", "calico-crds-release", "tigera-operator needs Calico's CRDs"),),
+    spec_path="spec.networking.calico",
+    title="Calico",
+    release=OPERATOR,
+    owned_values=OWNED,
+    ports=ports,
+    usages=(Usage(OPERATOR.node, CRDS.node, "tigera-operator needs Calico's CRDs"),),
 )

@@ -1,4 +1,6 @@
-"""The AWS cloud controller manager (DESIGN section 8): a Release, no IAM role.
+"""The AWS cloud controller manager (docs/architecture.md, "The cloud controller manager").
+
+A Release, no IAM role.
 
 Since Kubernetes 1.27 there is no in-tree AWS cloud provider. A kubelet started
 with ``cloud-provider: external`` (CAPA's default template) keeps the
@@ -17,23 +19,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from function.addons.helm import release
-from function.cluster import minor_of
+from function.cluster import EKS_CONTROL_PLANE, ClusterFacts, minor_of
 from function.graph import (
     Addon,
     ConditionOut,
     Ctx,
     MissingFactError,
     Node,
-    OwnedValues,
     Plugin,
+    Release,
     Wait,
+    after,
     control_plane_initialized,
 )
+from function.spec import ClusterPluginSpec
 
-PLUGIN = "cloud-controller-manager"
-NODE = "ccm-release"
-NAMESPACE = "kube-system"
-RELEASE_NAME = "aws-cloud-controller-manager"
+RELEASE = Release(
+    "ccm-release",
+    lambda charts: charts.cloud_controller_manager,
+    namespace="kube-system",
+    name="aws-cloud-controller-manager",
+    wait=True,
+)
 # image.tag is not owned: a user pins it in values (say, for a minor newer than
 # the table below), and the function then stops moving it.
 OWNED = (("hostNetworking",), ("args",), ("namespace",))
@@ -73,11 +80,11 @@ def _version(ctx: Ctx) -> str | None:
 
 def ccm_release(ctx: Ctx) -> dict[str, Any]:
     """The aws-cloud-controller-manager DaemonSet on the control-plane nodes' host network."""
-    spec = ctx.spec.cloud_provider.aws
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     values: dict[str, Any] = {
         # The chart puts its objects in .Values.namespace, not the release's namespace.
-        "namespace": NAMESPACE,
+        "namespace": RELEASE.namespace,
         # The chart's default is the pod network, which cannot exist before the CCM
         # has initialized the nodes (the CNI's pods are also held back by the taint).
         "hostNetworking": True,
@@ -94,21 +101,12 @@ def ccm_release(ctx: Ctx) -> dict[str, Any]:
     tag = image_tag(_version(ctx))
     if tag is not None:
         values["image"] = {"tag": tag}
-    return release(
-        ctx,
-        chart=ctx.step.charts.cloud_controller_manager,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name=RELEASE_NAME,
-        values=values,
-        user_values=spec.values,
-        wait=True,
-    )
+    return release(ctx, RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
 def note(ctx: Ctx) -> str:
     """What the status says when the version table has no tag for the cluster's minor."""
-    spec = ctx.spec.cloud_provider.aws
+    spec = ADDON.spec(ctx.spec)
     version = ctx.facts.kubernetes_version
     image = spec.values.get("image") if spec is not None else None
     pinned = isinstance(image, dict) and "tag" in image
@@ -119,16 +117,30 @@ def note(ctx: Ctx) -> str:
     return (
         f"Kubernetes {version or '(the control plane has no spec.version)'} is outside this "
         f"function's CCM version table ({low[0]}.{low[1]} to {high[0]}.{high[1]}): the image "
-        f"tag defaults to chart {RELEASE_NAME} {chart}'s; pin one in "
-        "spec.cloudProvider.aws.values.image.tag"
+        f"tag defaults to chart {RELEASE.name} {chart}'s; pin one in "
+        f"{ADDON.values_field}.image.tag"
     )
+
+
+_NODES = (Node(RELEASE.node, ccm_release, (control_plane_initialized,)),)
+_RELEASE_READY = after(RELEASE.node)
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The cloud controller manager, when wanted."""
-    if ctx.spec.cloud_provider.aws is None:
+    if ADDON.spec(ctx.spec) is None:
         return None
-    return Plugin(PLUGIN, (Node(NODE, ccm_release, (control_plane_initialized,)),), note=note(ctx))
+    return Plugin(ADDON.name, _NODES, note=note(ctx))
+
+
+def ready(ctx: Ctx) -> Wait | None:
+    """Gate: the cloud controller manager is ready, when this XR installs it.
+
+    Until it runs, nodes keep the uninitialized taint and no ordinary pod schedules.
+    """
+    if ADDON.spec(ctx.spec) is None:
+        return None
+    return _RELEASE_READY(ctx)
 
 
 CONDITION = "CloudProviderReady"
@@ -136,17 +148,17 @@ CONDITION = "CloudProviderReady"
 
 def condition(ctx: Ctx, phases: Mapping[str, str]) -> ConditionOut:
     """Whether the nodes have a cloud controller manager, and who provides it."""
-    phase = phases.get(PLUGIN)
+    phase = phases.get(ADDON.name)
     if phase == "Ready":
         return ConditionOut(
-            CONDITION, "True", "Installed", f"{RELEASE_NAME} runs on the control-plane nodes"
+            CONDITION, "True", "Installed", f"{RELEASE.name} runs on the control-plane nodes"
         )
     if phase is not None:
         return ConditionOut(
             CONDITION,
             "False",
             "Installing",
-            f"{RELEASE_NAME} is {phase.lower()}; nodes stay tainted "
+            f"{RELEASE.name} is {phase.lower()}; nodes stay tainted "
             "node.cloudprovider.kubernetes.io/uninitialized until it runs",
         )
     facts = ctx.facts
@@ -167,7 +179,7 @@ def condition(ctx: Ctx, phases: Mapping[str, str]) -> ConditionOut:
             "the KubeadmControlPlane sets cloud-provider: external, so nodes stay tainted "
             "node.cloudprovider.kubernetes.io/uninitialized (and add-ons unscheduled) until a "
             "cloud controller manager runs; this ClusterPlugin does not install one: set "
-            "spec.cloudProvider.aws, or install it otherwise (e.g. a ClusterResourceSet)",
+            f"{ADDON.spec_path}, or install it otherwise (e.g. a ClusterResourceSet)",
             event="Warning",
         )
     return ConditionOut(
@@ -178,10 +190,25 @@ def condition(ctx: Ctx, phases: Mapping[str, str]) -> ConditionOut:
     )
 
 
+def eks_problem(spec: ClusterPluginSpec, facts: ClusterFacts) -> str | None:
+    """Why this cluster cannot have the add-on: EKS runs its own CCM."""
+    if not facts.eks:
+        return None
+    return (
+        f"the control plane of {facts.namespace}/{spec.cluster_name} is EKS "
+        f"({EKS_CONTROL_PLANE}), which runs its own cloud controller manager: remove "
+        "spec.cloudProvider"
+    )
+
+
 ADDON = Addon(
+    "cloud-controller-manager",
     plugin,
+    spec_path="spec.cloudProvider.aws",
+    title="the cloud controller manager",
+    release=RELEASE,
     condition=condition,
-    owned_values=(
-        OwnedValues("spec.cloudProvider.aws.values", lambda s: s.cloud_provider.aws, OWNED),
-    ),
+    cluster_problem=eks_problem,
+    owned_values=OWNED,
+    makes_load_balancers=True,
 )

@@ -4,61 +4,72 @@ from __future__ import annotations
 
 from typing import Any
 
+from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import managed_policy, role_nodes, role_usages
-from function.graph import (
-    Addon,
-    Ctx,
-    Node,
-    OwnedValues,
-    Plugin,
-    addon_release_gates,
-)
-from function.spec import IRSAMode
+from function.graph import Addon, Ctx, Node, Plugin, Release, Role, Usage
 
 NAMESPACE = "kube-system"
-EBS_SA = "ebs-csi-controller-sa"
-EFS_SA = "efs-csi-controller-sa"
-EBS_OWNED = (
+OWNED = (
     ("controller", "serviceAccount", "name"),
     ("controller", "serviceAccount", "annotations", IRSA_ANNOTATION),
 )
-EFS_OWNED = EBS_OWNED
 
-
-def _role_arn(ctx: Ctx, role: str) -> str | None:
-    return None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(role)
+EBS_RELEASE = Release(
+    "ebs-release",
+    lambda charts: charts.ebs,
+    NAMESPACE,
+    "aws-ebs-csi-driver",
+    service_account="ebs-csi-controller-sa",
+)
+# V2 only manages volumes and snapshots tagged ebs.csi.aws.com/cluster=true, which
+# the driver puts on everything it creates. Unlike V1 (and the driver's install doc),
+# V2 is not under service-role/: that ARN is NoSuchEntity (AWS's managed-policy list,
+# as vendored by moto, has Path "/").
+EBS_ROLE = Role(
+    "ebs-role", "ebs-csi", status_key="ebs", managed_policy="policy/AmazonEBSCSIDriverPolicyV2"
+)
+EFS_RELEASE = Release(
+    "efs-release",
+    lambda charts: charts.efs,
+    NAMESPACE,
+    "aws-efs-csi-driver",
+    service_account="efs-csi-controller-sa",
+)
+EFS_ROLE = Role(
+    "efs-role",
+    "efs-csi",
+    status_key="efs",
+    managed_policy="policy/service-role/AmazonEFSCSIDriverPolicy",
+)
 
 
 def ebs_release(ctx: Ctx) -> dict[str, Any]:
     """aws-ebs-csi-driver; its chart rejects unknown values, so only schema keys are set."""
-    spec = ctx.spec.storage.ebs
+    spec = EBS.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     values: dict[str, Any] = {
         "controller": {
             "region": ctx.region,
-            "serviceAccount": service_account(EBS_SA, _role_arn(ctx, "ebs-role")),
+            "serviceAccount": service_account(
+                EBS_RELEASE.service_account, iam.role_arn(ctx, EBS_ROLE)
+            ),
         }
     }
     if spec.default_storage_class:
         values["defaultStorageClass"] = {"enabled": True}
-    return release(
-        ctx,
-        chart=ctx.step.charts.ebs,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="aws-ebs-csi-driver",
-        values=values,
-        user_values=spec.values,
-    )
+    return release(ctx, EBS_RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
 def efs_release(ctx: Ctx) -> dict[str, Any]:
     """aws-efs-csi-driver, with a dynamic-provisioning StorageClass when fileSystemId is set."""
-    spec = ctx.spec.storage.efs
+    spec = EFS.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     values: dict[str, Any] = {
-        "controller": {"serviceAccount": service_account(EFS_SA, _role_arn(ctx, "efs-role"))}
+        "controller": {
+            "serviceAccount": service_account(
+                EFS_RELEASE.service_account, iam.role_arn(ctx, EFS_ROLE)
+            )
+        }
     }
     if spec.file_system_id:
         values["storageClasses"] = [
@@ -73,81 +84,57 @@ def efs_release(ctx: Ctx) -> dict[str, Any]:
                 "volumeBindingMode": "Immediate",
             }
         ]
-    return release(
-        ctx,
-        chart=ctx.step.charts.efs,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="aws-efs-csi-driver",
-        values=values,
-        user_values=spec.values,
-    )
+    return release(ctx, EFS_RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
-def _plugin(
-    ctx: Ctx, *, name: str, role: str, sa: str, release_node: Node, role_key: str
-) -> Plugin:
-    nodes: list[Node] = []
-    if ctx.irsa is not IRSAMode.DISABLED:
-        nodes += role_nodes(
-            node=role,
-            addon=name,
-            namespace=NAMESPACE,
-            service_account=sa,
-            policy_arn=managed_policy(name),
-        )
-    nodes.append(release_node)
-    return Plugin(name, tuple(nodes), role_key=role_key, role_node=role)
+_EBS_NODE = Node(EBS_RELEASE.node, ebs_release, iam.release_gates(EBS_ROLE))
+_EFS_NODE = Node(EFS_RELEASE.node, efs_release, iam.release_gates(EFS_ROLE))
 
 
 def ebs_plugin(ctx: Ctx) -> Plugin | None:
     """The EBS CSI plugin, when wanted."""
-    if ctx.spec.storage.ebs is None:
-        return None
-    return _plugin(
-        ctx,
-        name="ebs-csi",
-        role="ebs-role",
-        sa=EBS_SA,
-        release_node=Node("ebs-release", ebs_release, addon_release_gates("ebs-role")),
-        role_key="ebs",
-    )
+    spec = EBS.spec(ctx.spec)
+    return None if spec is None else iam.plugin(ctx, EBS, _EBS_NODE, spec)
 
 
 def efs_plugin(ctx: Ctx) -> Plugin | None:
     """The EFS CSI plugin, when wanted."""
-    if ctx.spec.storage.efs is None:
-        return None
-    return _plugin(
-        ctx,
-        name="efs-csi",
-        role="efs-role",
-        sa=EFS_SA,
-        release_node=Node("efs-release", efs_release, addon_release_gates("efs-role")),
-        role_key="efs",
-    )
+    spec = EFS.spec(ctx.spec)
+    return None if spec is None else iam.plugin(ctx, EFS, _EFS_NODE, spec)
 
 
-def _driver_usages(driver: str, release: str, role: str) -> tuple[tuple[str, str, str], ...]:
+def _driver_usages(driver: str, release: Release, role: Role) -> tuple[Usage, ...]:
     return (
-        (release, role, f"the {driver} CSI driver uses this role until it is uninstalled"),
-        (
-            release,
-            "cni-release",
-            f"pods of the {driver} CSI driver need the CNI until they are gone",
+        Usage(
+            release.node,
+            role.node,
+            f"the {driver} CSI driver uses this role until it is uninstalled",
         ),
-        *role_usages(role),
+        cni.needed_by(
+            release.node, f"pods of the {driver} CSI driver need the CNI until they are gone"
+        ),
+        *iam.role_usages(role),
     )
 
 
 EBS = Addon(
+    "ebs-csi",
     ebs_plugin,
-    owned_values=(OwnedValues("spec.storage.ebs.values", lambda s: s.storage.ebs, EBS_OWNED),),
-    usages=_driver_usages("EBS", "ebs-release", "ebs-role"),
+    spec_path="spec.storage.ebs",
+    title="the EBS CSI driver",
+    release=EBS_RELEASE,
+    role=EBS_ROLE,
+    owned_values=OWNED,
+    usages=_driver_usages("EBS", EBS_RELEASE, EBS_ROLE),
 )
 
 EFS = Addon(
+    "efs-csi",
     efs_plugin,
-    owned_values=(OwnedValues("spec.storage.efs.values", lambda s: s.storage.efs, EFS_OWNED),),
-    usages=_driver_usages("EFS", "efs-release", "efs-role"),
+    spec_path="spec.storage.efs",
+    title="the EFS CSI driver",
+    release=EFS_RELEASE,
+    role=EFS_ROLE,
+    owned_values=OWNED,
+    usages=_driver_usages("EFS", EFS_RELEASE, EFS_ROLE),
 )

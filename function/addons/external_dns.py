@@ -1,4 +1,6 @@
-"""external-dns (DESIGN section 10): a Route 53 policy for the listed zones only, role and chart.
+"""external-dns: a Route 53 policy for the listed zones only, role and chart.
+
+See docs/architecture.md, "external-dns".
 
 Built like the load balancer controller (custom policy, IRSA role, attachment,
 Release), and safer than the upstream example in two ways:
@@ -11,32 +13,39 @@ Release), and safer than the upstream example in two ways:
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
+from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import custom_policy_role_nodes, custom_policy_usages, tags
-from function.graph import (
-    Addon,
-    Ctx,
-    Node,
-    OwnedValues,
-    Plugin,
-    addon_release_gates,
-)
-from function.names import IAM_PATH, Names, bounded
+from function.graph import Addon, Ctx, CustomPolicy, Node, Plugin, Release, Role, Usage
+from function.names import Names, bounded
 from function.policies import external_dns_policy
-from function.spec import IRSAMode
 
-PLUGIN = "external-dns"
-# The add-on's part of its IAM names and tags (names.role, names.policy).
-IAM_NAME = "external-dns"
-NAMESPACE = "kube-system"
-SERVICE_ACCOUNT = "external-dns"
-RELEASE_NAME = "external-dns"
-ROLE = "external-dns-role"
-POLICY = "external-dns-policy"
-RELEASE = "external-dns-release"
+RELEASE = Release(
+    "external-dns-release",
+    lambda charts: charts.external_dns,
+    namespace="kube-system",
+    name="external-dns",
+    service_account="external-dns",
+)
+
+
+def _policy_document(ctx: Ctx) -> str:
+    spec = ADDON.spec(ctx.spec)
+    assert spec is not None  # noqa: S101  # plugin() only adds this node when set
+    return external_dns_policy(tuple(spec.hosted_zone_ids), ctx.partition)
+
+
+ROLE = Role(
+    "external-dns-role",
+    "external-dns",
+    status_key="externalDNS",
+    policy=CustomPolicy(
+        "external-dns-policy",
+        _policy_document,
+        "external-dns: records in the ClusterPlugin's hostedZoneIDs only",
+    ),
+)
 # external-dns flags the chart has no key for, set through its extraArgs map.
 ZONE_ID_FILTER = "zone-id-filter"
 ZONE_TYPE = "aws-zone-type"
@@ -70,27 +79,10 @@ def txt_owner_id(names: Names) -> str:
     )
 
 
-def policy(ctx: Ctx) -> dict[str, Any]:
-    """The customer-managed policy: record changes in the listed hosted zones only."""
-    spec = ctx.spec.dns.external_dns
-    assert spec is not None  # noqa: S101  # plugin() only adds this node when set
-    return ctx.flavour.managed(
-        "Policy",
-        {
-            "policy": external_dns_policy(tuple(spec.hosted_zone_ids), ctx.partition),
-            "path": IAM_PATH,
-            "description": "external-dns: records in the ClusterPlugin's hostedZoneIDs only",
-            "tags": tags(ctx, IAM_NAME),
-        },
-        external_name=ctx.names.policy(IAM_NAME),
-    )
-
-
 def external_dns_release(ctx: Ctx) -> dict[str, Any]:
     """external-dns for Route 53, limited to the listed zones, with its own TXT owner id."""
-    spec = ctx.spec.dns.external_dns
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
-    role_arn = None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(ROLE)
     extra_args: dict[str, Any] = {
         # external-dns matches zone ids by suffix against "/hostedzone/<id>"; without
         # this it would list records of every zone it can see and fail on the others.
@@ -106,8 +98,8 @@ def external_dns_release(ctx: Ctx) -> dict[str, Any]:
     values: dict[str, Any] = {
         "provider": {"name": "aws"},
         # The trust policy names kube-system:external-dns: the ServiceAccount stays there.
-        "namespaceOverride": NAMESPACE,
-        "serviceAccount": service_account(SERVICE_ACCOUNT, role_arn),
+        "namespaceOverride": RELEASE.namespace,
+        "serviceAccount": service_account(RELEASE.service_account, iam.role_arn(ctx, ROLE)),
         # The chart has no region key; the AWS SDK reads it here (pods rarely reach IMDS).
         # The user's variables follow (spec.py refuses theirs for the region).
         "env": [{"name": "AWS_DEFAULT_REGION", "value": ctx.region}, *(user.get("env") or [])],
@@ -118,45 +110,34 @@ def external_dns_release(ctx: Ctx) -> dict[str, Any]:
     }
     return release(
         ctx,
-        chart=ctx.step.charts.external_dns,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name=RELEASE_NAME,
+        RELEASE,
         values=values,
+        version=spec.version,
         # env is merged above (a list in the values would replace the function's).
         user_values={k: v for k, v in user.items() if k != "env"} if "env" in user else user,
     )
 
 
-@functools.cache  # two variants per process: the nodes are the module's constants
-def _plugin(*, irsa: bool) -> Plugin:
-    nodes: list[Node] = []
-    if irsa:
-        nodes += custom_policy_role_nodes(
-            policy_node=POLICY,
-            policy=policy,
-            node=ROLE,
-            addon=IAM_NAME,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-        )
-    nodes.append(Node(RELEASE, external_dns_release, addon_release_gates(ROLE)))
-    return Plugin(PLUGIN, tuple(nodes), role_key="externalDNS", role_node=ROLE)
+_RELEASE = Node(RELEASE.node, external_dns_release, iam.release_gates(ROLE))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The external-dns plugin, when wanted."""
-    if ctx.spec.dns.external_dns is None:
-        return None
-    return _plugin(irsa=ctx.irsa is not IRSAMode.DISABLED)
+    spec = ADDON.spec(ctx.spec)
+    return None if spec is None else iam.plugin(ctx, ADDON, _RELEASE, spec)
 
 
 ADDON = Addon(
+    "external-dns",
     plugin,
-    owned_values=(OwnedValues("spec.dns.externalDNS.values", lambda s: s.dns.external_dns, OWNED),),
+    spec_path="spec.dns.externalDNS",
+    title="external-dns",
+    release=RELEASE,
+    role=ROLE,
+    owned_values=OWNED,
     usages=(
-        (RELEASE, ROLE, "external-dns uses this role until it is uninstalled"),
-        (RELEASE, "cni-release", "external-dns needs the CNI until it is gone"),
-        *custom_policy_usages(ROLE, POLICY),
+        Usage(RELEASE.node, ROLE.node, "external-dns uses this role until it is uninstalled"),
+        cni.needed_by(RELEASE.node, "external-dns needs the CNI until it is gone"),
+        *iam.role_usages(ROLE),
     ),
 )

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.graph import Ctx
-from function.spec import ChartSource, InvalidInputError
+from function.graph import Ctx, Release, ValuesPath
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
-
-Path = tuple[str, ...]
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -21,26 +18,35 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_owned(user: dict[str, Any], owned: tuple[Path, ...], field: str) -> None:
-    """Raise InvalidInputError if user values set a key the function owns."""
+def owned_problems(
+    user: dict[str, Any], owned: tuple[ValuesPath, ...], field: str
+) -> list[tuple[str, str]]:
+    """(field, message) for each key the function owns that user values set."""
+    problems = []
     for path in owned:
         node: Any = user
         for depth, key in enumerate(path):
             if not isinstance(node, dict):
                 # A scalar where the function needs a map also fights the owned key.
                 bad = ".".join(path[:depth])
-                raise InvalidInputError(
-                    f"{field}.{bad}",
-                    f"must be an object: the function sets {'.'.join(path)} under it",
+                problems.append(
+                    (
+                        f"{field}.{bad}",
+                        f"must be an object: the function sets {'.'.join(path)} under it",
+                    )
                 )
+                break
             if key not in node:
                 break
             node = node[key]
         else:
-            raise InvalidInputError(
-                f"{field}.{'.'.join(path)}",
-                "is set by the function and cannot be overridden in values; remove it",
+            problems.append(
+                (
+                    f"{field}.{'.'.join(path)}",
+                    "is set by the function and cannot be overridden in values; remove it",
+                )
             )
+    return problems
 
 
 def service_account(name: str, role_arn: str | None) -> dict[str, Any]:
@@ -53,16 +59,14 @@ def service_account(name: str, role_arn: str | None) -> dict[str, Any]:
 
 def release(
     ctx: Ctx,
+    decl: Release,
     *,
-    chart: ChartSource,
-    version: str | None,
-    namespace: str,
-    release_name: str,
     values: dict[str, Any],
+    version: str | None = None,
     user_values: dict[str, Any] | None = None,
-    wait: bool = False,
 ) -> dict[str, Any]:
-    """A provider-helm Release of ``chart`` into ``namespace`` of the workload cluster."""
+    """A provider-helm Release of ``decl``'s chart into its namespace of the workload cluster."""
+    chart = decl.chart(ctx.step.charts)
     chart_spec: dict[str, Any] = {
         "name": chart.name,
         "repository": chart.repository,
@@ -74,14 +78,14 @@ def release(
         )
     for_provider: dict[str, Any] = {
         "chart": chart_spec,
-        "namespace": namespace,
+        "namespace": decl.namespace,
         "values": deep_merge(values, user_values or {}) if user_values else values,
     }
-    if wait:
+    if decl.wait:
         # Readiness then means the workloads are up, not just "helm says deployed":
         # later stages (webhooks, CRD consumers) depend on them serving.
         for_provider["wait"] = True
         for_provider["waitTimeout"] = "10m"
     return ctx.flavour.release(
-        {"forProvider": for_provider, "rollbackLimit": 3}, release_name=release_name
+        {"forProvider": for_provider, "rollbackLimit": 3}, release_name=decl.name
     )

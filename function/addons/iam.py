@@ -1,125 +1,158 @@
-"""The IRSA role of an add-on: role, policy attachment, and (LBC) a custom policy."""
+"""An add-on with an IRSA role: its role, policy and attachment, its release's gates, its plugin.
+
+The role trusts exactly the ServiceAccount its ``Release`` declares, in that
+release's namespace, through the cluster's OIDC provider (``irsa``), for the
+``sts.amazonaws.com`` audience; it gets the one policy its ``Role`` declares.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
-from function.graph import Ctx, Gate, Node, Wait, after
-from function.names import IAM_PATH
+from function.addons import ccm, cni, irsa, security_groups
+from function.graph import (
+    Addon,
+    Ctx,
+    Gate,
+    Node,
+    Plugin,
+    Role,
+    Usage,
+    Wait,
+    after,
+    control_plane_available,
+)
+from function.names import CLUSTER_TAG, IAM_PATH
 from function.policies import managed_policy_arn, trust_policy
 from function.spec import IRSAMode
 
-
-def oidc_ready(ctx: Ctx) -> Wait | None:
-    """Gate: the IAM OIDC provider exists (SelfHosted) or was given (External)."""
-    if ctx.irsa is IRSAMode.SELF_HOSTED:
-        return after("irsa-oidc-provider")(ctx)
-    return None
+ADDON_TAG = "clusterplugin.dev/addon"
 
 
 def tags(ctx: Ctx, addon: str) -> dict[str, str]:
     """Tags on every IAM object: who it belongs to, for audits and preflight."""
     return {
-        "clusterplugin.dev/cluster": f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
-        "clusterplugin.dev/addon": addon,
+        CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
+        ADDON_TAG: addon,
     }
 
 
-def role_usages(role: str) -> tuple[tuple[str, str, str], ...]:
-    """Deletion order of an add-on's role: attachment before role, role before the provider."""
-    return (
-        (f"{role}-attachment", role, "a role with attached policies cannot be deleted"),
-        (role, "irsa-oidc-provider", "the role trusts this OIDC provider"),
-    )
+def role_arn(ctx: Ctx, role: Role) -> str | None:
+    """The role's ARN for its release's ServiceAccount annotation (None: IRSA Disabled)."""
+    return None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(role.node)
 
 
-@functools.cache
-def managed_policy(addon: str) -> Callable[[Ctx], str]:
-    """``policy_arn`` for ``role_nodes``: the AWS managed policy of ``addon`` in the partition."""
+@functools.cache  # one per add-on: the nodes are made once
+def role_nodes(addon: Addon) -> tuple[Node, ...]:
+    """The add-on's policy (when its own), role and attachment."""
+    role, release = addon.role, addon.release
+    assert role is not None and release is not None  # noqa: S101  # only for add-ons with both
+    namespace, service_account = release.namespace, release.service_account
 
-    def arn(ctx: Ctx) -> str:
-        return managed_policy_arn(addon, ctx.partition)
-
-    return arn
-
-
-@functools.cache  # arguments are the add-ons' constants: the nodes are made once
-def role_nodes(
-    *,
-    node: str,
-    addon: str,
-    namespace: str,
-    service_account: str,
-    policy_arn: Callable[[Ctx], str],
-    policy_gates: tuple[Gate, ...] = (),
-) -> tuple[Node, Node]:
-    """The role ``node`` and ``<node>-attachment`` for one add-on's service account."""
-
-    def role(ctx: Ctx) -> dict[str, Any]:
-        name = ctx.names.role(addon)
+    def role_body(ctx: Ctx) -> dict[str, Any]:
         return ctx.flavour.managed(
             "Role",
             {
                 "assumeRolePolicy": trust_policy(
-                    ctx.oidc_provider_arn(), ctx.issuer_host_path(), namespace, service_account
+                    irsa.provider_arn(ctx), ctx.issuer_host_path(), namespace, service_account
                 ),
                 "path": IAM_PATH,
                 "description": f"IRSA role of {namespace}/{service_account} in cluster "
                 f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
-                "tags": tags(ctx, addon),
+                "tags": tags(ctx, role.iam_name),
             },
-            external_name=name,
+            external_name=ctx.names.role(role.iam_name),
         )
+
+    custom = role.policy
+    if custom is None:
+
+        def policy_arn(ctx: Ctx) -> str:
+            return managed_policy_arn(role.managed_policy, ctx.partition)
+
+    else:
+
+        def policy_arn(ctx: Ctx) -> str:
+            return ctx.arn_of(custom.node)
 
     def attachment(ctx: Ctx) -> dict[str, Any]:
         return ctx.flavour.managed(
             "RolePolicyAttachment",
-            {"role": ctx.names.role(addon), "policyArn": policy_arn(ctx)},
+            {"role": ctx.names.role(role.iam_name), "policyArn": policy_arn(ctx)},
         )
 
+    nodes = (
+        Node(role.node, role_body, (irsa.oidc_ready,)),
+        Node(
+            role.attachment,
+            attachment,
+            (after(role.node),) if custom is None else (after(role.node), after(custom.node)),
+        ),
+    )
+    if custom is None:
+        return nodes
+
+    def policy(ctx: Ctx) -> dict[str, Any]:
+        return ctx.flavour.managed(
+            "Policy",
+            {
+                "policy": custom.document(ctx),
+                "path": IAM_PATH,
+                "description": custom.description,
+                "tags": tags(ctx, role.iam_name),
+            },
+            external_name=ctx.names.policy(role.iam_name),
+        )
+
+    return (Node(custom.node, policy, (irsa.oidc_ready,)), *nodes)
+
+
+def role_usages(role: Role) -> tuple[Usage, ...]:
+    """Deletion order of a role: attachment before role (and its policy), role before provider."""
+    usages = (
+        Usage(role.attachment, role.node, "a role with attached policies cannot be deleted"),
+        Usage(role.node, irsa.OIDC_PROVIDER, "the role trusts this OIDC provider"),
+    )
+    if role.policy is None:
+        return usages
     return (
-        Node(node, role, (oidc_ready,)),
-        Node(f"{node}-attachment", attachment, (after(node), *policy_gates)),
+        *usages,
+        Usage(role.attachment, role.policy.node, "an attached policy cannot be deleted"),
     )
 
 
 @functools.cache
-def _arn_of(node: str) -> Callable[[Ctx], str]:
-    def arn(ctx: Ctx) -> str:
-        return ctx.arn_of(node)
+def role_ready(role: Role) -> Gate:
+    """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled)."""
+    ready = after(role.node, role.attachment)
 
-    return arn
+    def gate(ctx: Ctx) -> Wait | None:
+        if ctx.irsa is IRSAMode.DISABLED:
+            return None
+        return ready(ctx)
 
-
-@functools.cache  # arguments are the add-ons' constants: the nodes are made once
-def custom_policy_role_nodes(
-    *,
-    policy_node: str,
-    policy: Callable[[Ctx], dict[str, Any]],
-    node: str,
-    addon: str,
-    namespace: str,
-    service_account: str,
-) -> tuple[Node, Node, Node]:
-    """An add-on's own Policy, then its role and the attachment of that policy."""
-    return (
-        Node(policy_node, policy, (oidc_ready,)),
-        *role_nodes(
-            node=node,
-            addon=addon,
-            namespace=namespace,
-            service_account=service_account,
-            policy_arn=_arn_of(policy_node),
-            policy_gates=(after(policy_node),),
-        ),
-    )
+    return gate
 
 
-def custom_policy_usages(role: str, policy_node: str) -> tuple[tuple[str, str, str], ...]:
-    """Deletion order of a role with its own policy: role_usages, and the policy last."""
-    return (
-        *role_usages(role),
-        (f"{role}-attachment", policy_node, "an attached policy cannot be deleted"),
-    )
+@functools.cache
+def release_gates(role: Role) -> tuple[Gate, ...]:
+    """The gates of an IRSA add-on's Release.
+
+    The control plane is available, the CNI runs, the CCM (when wanted) has initialized
+    the nodes, the add-on's role is ready, and the webhook that injects its credentials
+    runs (SelfHosted): started before any of these, its pods would not schedule, have
+    no network, or silently run on the node's role.
+    """
+    return (control_plane_available, cni.ready, ccm.ready, role_ready(role), irsa.webhook_ready)
+
+
+def plugin(ctx: Ctx, addon: Addon, release: Node, spec: Any) -> Plugin:
+    """The add-on's plugin: its role's nodes (unless IRSA is Disabled), release, port rules."""
+    nodes: tuple[Node, ...] = (release,)
+    if ctx.irsa is not IRSAMode.DISABLED:
+        nodes = (*role_nodes(addon), release)
+    needs = addon.ports(spec)
+    if needs:
+        nodes = (*nodes, *security_groups.nodes(ctx, needs))
+    return Plugin(addon.name, nodes, role=addon.role)

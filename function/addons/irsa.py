@@ -2,13 +2,18 @@
 
 Emitted only for SelfHosted IRSA when an add-on needs an IAM role. The bucket
 is private except for the public read of the two discovery documents; the
-JWKS is computed from the public half of ``<cluster>-sa``.
+JWKS is computed from the public half of ``<cluster>-sa``. Every add-on role
+trusts the OIDC provider (``provider_arn``, ``oidc_ready``), and every add-on
+with a role starts after the webhook (``webhook_ready``), which injects its
+credentials.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from function.addons import ccm, cni
 from function.addons.helm import release
 from function.graph import (
     Addon,
@@ -16,24 +21,43 @@ from function.graph import (
     MissingFactError,
     Node,
     Plugin,
+    Release,
+    Usage,
     Wait,
     after,
-    ccm_ready,
-    cni_ready,
-    webhook_installed,
 )
+from function.names import CLUSTER_TAG
 from function.oidc import KeyProblemError, discovery_document, jwks_algorithms, jwks_document
 from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE, bucket_policy
 from function.spec import CertManagerMode, IRSAMode
 
-PLUGIN = "irsa"
-CERT_MANAGER_NAMESPACE = "cert-manager"
-WEBHOOK_NAMESPACE = "kube-system"
 SA_SECRET_WAIT = "service-account key Secret"  # noqa: S105  # a wait label, not a secret
+
+BUCKET = "irsa-bucket"
+BUCKET_OWNERSHIP = "irsa-bucket-ownership"
+BUCKET_PUBLIC_ACCESS = "irsa-bucket-public-access"
+BUCKET_POLICY = "irsa-bucket-policy"
+DISCOVERY = "irsa-discovery"
+JWKS = "irsa-jwks"
+OIDC_PROVIDER = "irsa-oidc-provider"
+CERT_MANAGER = Release(
+    "cert-manager-release",
+    lambda charts: charts.cert_manager,
+    namespace="cert-manager",
+    name="cert-manager",
+    wait=True,
+)
+WEBHOOK = Release(
+    "pod-identity-webhook-release",
+    lambda charts: charts.pod_identity_webhook,
+    namespace="kube-system",
+    name="pod-identity-webhook",
+    wait=True,
+)
 
 
 def _tags(ctx: Ctx) -> dict[str, str]:
-    return {"clusterplugin.dev/cluster": f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"}
+    return {CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"}
 
 
 def _s3(ctx: Ctx, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
@@ -151,25 +175,14 @@ def oidc_provider(ctx: Ctx) -> dict[str, Any]:
 
 def cert_manager(ctx: Ctx) -> dict[str, Any]:
     """cert-manager, with its CRDs, for the webhook's serving certificate."""
-    return release(
-        ctx,
-        chart=ctx.step.charts.cert_manager,
-        version=None,
-        namespace=CERT_MANAGER_NAMESPACE,
-        release_name="cert-manager",
-        values={"crds": {"enabled": True}},
-        wait=True,
-    )
+    return release(ctx, CERT_MANAGER, values={"crds": {"enabled": True}})
 
 
 def webhook(ctx: Ctx) -> dict[str, Any]:
     """amazon-eks-pod-identity-webhook (jkroepke chart) with a cert-manager certificate."""
     return release(
         ctx,
-        chart=ctx.step.charts.pod_identity_webhook,
-        version=None,
-        namespace=WEBHOOK_NAMESPACE,
-        release_name="pod-identity-webhook",
+        WEBHOOK,
         values={
             "config": {
                 "defaultAwsRegion": ctx.region,
@@ -181,66 +194,105 @@ def webhook(ctx: Ctx) -> dict[str, Any]:
             # cluster (including its own replacement) from being created.
             "mutatingWebhook": {"failurePolicy": "Ignore"},
         },
-        wait=True,
     )
+
+
+_ISSUER_NODES = (
+    Node(BUCKET, bucket),
+    Node(BUCKET_OWNERSHIP, ownership),
+    Node(BUCKET_PUBLIC_ACCESS, public_access),
+    Node(BUCKET_POLICY, policy, (after(BUCKET_PUBLIC_ACCESS),)),
+    Node(DISCOVERY, discovery, (after(BUCKET), sa_key_present)),
+    Node(JWKS, jwks, (after(BUCKET), sa_key_present)),
+    # Roles are useless until STS can read both documents, so the provider
+    # (and with it every role) waits for the public-read policy too.
+    Node(OIDC_PROVIDER, oidc_provider, (after(DISCOVERY, JWKS, BUCKET_POLICY),)),
+)
+_CERT_MANAGER_NODE = Node(CERT_MANAGER.node, cert_manager, (cni.ready, ccm.ready))
+_WEBHOOK_AFTER_CERT_MANAGER = Node(
+    WEBHOOK.node, webhook, (cni.ready, ccm.ready, after(CERT_MANAGER.node))
+)
+_WEBHOOK_ALONE = Node(WEBHOOK.node, webhook, (cni.ready, ccm.ready))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The issuer plugin, when SelfHosted IRSA serves at least one add-on."""
-    if ctx.irsa is not IRSAMode.SELF_HOSTED or not ctx.spec.wants_aws:
+    if not ctx.hosts_issuer:
         return None
-    nodes = [
-        Node("irsa-bucket", bucket),
-        Node("irsa-bucket-ownership", ownership),
-        Node("irsa-bucket-public-access", public_access),
-        Node("irsa-bucket-policy", policy, (after("irsa-bucket-public-access"),)),
-        Node("irsa-discovery", discovery, (after("irsa-bucket"), sa_key_present)),
-        Node("irsa-jwks", jwks, (after("irsa-bucket"), sa_key_present)),
-        # Roles are useless until STS can read both documents, so the provider
-        # (and with it every role) waits for the public-read policy too.
-        Node(
-            "irsa-oidc-provider",
-            oidc_provider,
-            (after("irsa-discovery", "irsa-jwks", "irsa-bucket-policy"),),
-        ),
-    ]
-    if webhook_installed(ctx):
-        installs_cert_manager = (
-            ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL
-        )
-        if installs_cert_manager:
-            nodes.append(Node("cert-manager-release", cert_manager, (cni_ready, ccm_ready)))
-        nodes.append(
-            Node(
-                "pod-identity-webhook-release",
-                webhook,
-                (cni_ready, ccm_ready, after("cert-manager-release"))
-                if installs_cert_manager
-                else (cni_ready, ccm_ready),
-            )
-        )
-    return Plugin(PLUGIN, tuple(nodes))
+    if not webhook_installed(ctx):
+        return Plugin(ADDON.name, _ISSUER_NODES)
+    if ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL:
+        return Plugin(ADDON.name, (*_ISSUER_NODES, _CERT_MANAGER_NODE, _WEBHOOK_AFTER_CERT_MANAGER))
+    return Plugin(ADDON.name, (*_ISSUER_NODES, _WEBHOOK_ALONE))
+
+
+def provider_arn(ctx: Ctx) -> str:
+    """The IAM OIDC provider's ARN (SelfHosted: observed; External: given)."""
+    if ctx.irsa is IRSAMode.EXTERNAL:
+        return ctx.spec.irsa.oidc_provider_arn
+    arn = ctx.observed.arn(OIDC_PROVIDER)
+    if not arn:
+        raise MissingFactError(Wait(f"{OIDC_PROVIDER} ARN", "the OIDC provider has no ARN yet"))
+    return arn
+
+
+_PROVIDER_READY = after(OIDC_PROVIDER)
+
+
+def oidc_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the IAM OIDC provider exists (SelfHosted) or was given (External)."""
+    if ctx.irsa is IRSAMode.SELF_HOSTED:
+        return _PROVIDER_READY(ctx)
+    return None
+
+
+def webhook_installed(ctx: Ctx) -> bool:
+    """Whether this XR installs the pod identity webhook."""
+    return ctx.hosts_issuer and ctx.spec.irsa.pod_identity_webhook.install
+
+
+_WEBHOOK_READY = after(WEBHOOK.node)
+
+
+def webhook_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the pod identity webhook is ready, when this XR installs it.
+
+    Pods only get IRSA credentials if the webhook mutates them at creation, so an
+    add-on started before it would silently run on the node's role.
+    """
+    if not webhook_installed(ctx):
+        return None
+    return _WEBHOOK_READY(ctx)
+
+
+def status(ctx: Ctx) -> Mapping[str, Any]:
+    """status.issuerURL and status.oidcProviderARN, once known."""
+    out: dict[str, Any] = {}
+    if ctx.irsa is IRSAMode.EXTERNAL:
+        out["issuerURL"] = ctx.issuer_url()
+        out["oidcProviderARN"] = ctx.spec.irsa.oidc_provider_arn
+    elif ctx.hosts_issuer:
+        region = ctx.spec.region or ctx.facts.region
+        if region:
+            out["issuerURL"] = ctx.names.issuer_url(region)
+        arn = ctx.observed.arn(OIDC_PROVIDER)
+        if arn:
+            out["oidcProviderARN"] = arn
+    return out
 
 
 ADDON = Addon(
+    "irsa",
     plugin,
+    title="the IRSA issuer",
+    status=status,
     usages=(
-        (
-            "cert-manager-release",
-            "cni-release",
-            "pods of cert-manager need the CNI until they are gone",
+        cni.needed_by(CERT_MANAGER.node, "pods of cert-manager need the CNI until they are gone"),
+        cni.needed_by(
+            WEBHOOK.node, "pods of the pod identity webhook need the CNI until they are gone"
         ),
-        (
-            "pod-identity-webhook-release",
-            "cni-release",
-            "pods of the pod identity webhook need the CNI until they are gone",
-        ),
-        (
-            "pod-identity-webhook-release",
-            "cert-manager-release",
-            "the webhook's certificate comes from cert-manager",
-        ),
-        ("irsa-discovery", "irsa-bucket", "a bucket holding objects cannot be deleted"),
-        ("irsa-jwks", "irsa-bucket", "a bucket holding objects cannot be deleted"),
+        Usage(WEBHOOK.node, CERT_MANAGER.node, "the webhook's certificate comes from cert-manager"),
+        Usage(DISCOVERY, BUCKET, "a bucket holding objects cannot be deleted"),
+        Usage(JWKS, BUCKET, "a bucket holding objects cannot be deleted"),
     ),
 )

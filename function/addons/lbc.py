@@ -4,49 +4,66 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.addons import security_groups
+from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import custom_policy_role_nodes, custom_policy_usages, tags
 from function.graph import (
+    CONTROL_PLANE,
+    NODE,
     Addon,
     Ctx,
+    CustomPolicy,
     MissingFactError,
     Node,
-    OwnedValues,
     Plugin,
+    PortNeed,
+    Release,
+    Role,
+    Usage,
     Wait,
-    addon_release_gates,
 )
-from function.names import IAM_PATH
 from function.policies import lbc_policy
-from function.spec import IRSAMode
+from function.spec import LBCSpec
 
-PLUGIN = "aws-load-balancer-controller"
-# The add-on's part of its IAM names and tags (names.role, names.policy).
-IAM_NAME = "lbc"
-NAMESPACE = "kube-system"
-SERVICE_ACCOUNT = "aws-load-balancer-controller"
-ROLE = "lbc-role"
-POLICY = "lbc-policy"
+RELEASE = Release(
+    "lbc-release",
+    lambda charts: charts.load_balancer_controller,
+    namespace="kube-system",
+    name="aws-load-balancer-controller",
+    service_account="aws-load-balancer-controller",
+)
+
+
+def _policy_document(ctx: Ctx) -> str:
+    return lbc_policy(ctx.partition)
+
+
+ROLE = Role(
+    "lbc-role",
+    "lbc",
+    status_key="loadBalancerController",
+    policy=CustomPolicy(
+        "lbc-policy",
+        _policy_document,
+        "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
+    ),
+)
 OWNED = (
     ("clusterName",),
     ("serviceAccount", "name"),
     ("serviceAccount", "annotations", IRSA_ANNOTATION),
 )
-
-
-def policy(ctx: Ctx) -> dict[str, Any]:
-    """The controller's customer-managed policy."""
-    return ctx.flavour.managed(
-        "Policy",
-        {
-            "policy": lbc_policy(ctx.partition),
-            "path": IAM_PATH,
-            "description": "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
-            "tags": tags(ctx, IAM_NAME),
-        },
-        external_name=ctx.names.policy(IAM_NAME),
-    )
+PORTS = (
+    PortNeed(
+        "lbc-webhook",
+        "tcp",
+        9443,
+        9443,
+        (NODE,),
+        (CONTROL_PLANE,),
+        "additionalNodeIngressRules",
+        "aws-load-balancer-controller webhook",
+    ),
+)
 
 
 def _vpc_id(ctx: Ctx) -> str:
@@ -57,66 +74,49 @@ def _vpc_id(ctx: Ctx) -> str:
 
 def lbc_release(ctx: Ctx) -> dict[str, Any]:
     """The controller, told its cluster, region and VPC (IMDS is often out of reach of pods)."""
-    spec = ctx.spec.ingress.aws_load_balancer_controller
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
-    role_arn = None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(ROLE)
     values = {
         # Must match the kubernetes.io/cluster/<name> tag CAPA puts on subnets.
         "clusterName": ctx.facts.kubernetes_cluster_name or ctx.spec.cluster_name,
         "region": ctx.region,
         "vpcId": _vpc_id(ctx),
-        "serviceAccount": service_account(SERVICE_ACCOUNT, role_arn),
+        "serviceAccount": service_account(RELEASE.service_account, iam.role_arn(ctx, ROLE)),
     }
-    return release(
-        ctx,
-        chart=ctx.step.charts.load_balancer_controller,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="aws-load-balancer-controller",
-        values=values,
-        user_values=spec.values,
-    )
+    return release(ctx, RELEASE, values=values, version=spec.version, user_values=spec.values)
+
+
+def ports(_: LBCSpec) -> tuple[PortNeed, ...]:
+    """The controller's webhook, called by the API server on the nodes."""
+    return PORTS
+
+
+_RELEASE = Node(RELEASE.node, lbc_release, iam.release_gates(ROLE))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The load balancer controller plugin, when wanted."""
-    if ctx.spec.ingress.aws_load_balancer_controller is None:
-        return None
-    nodes: list[Node] = []
-    if ctx.irsa is not IRSAMode.DISABLED:
-        nodes += custom_policy_role_nodes(
-            policy_node=POLICY,
-            policy=policy,
-            node=ROLE,
-            addon=IAM_NAME,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-        )
-    nodes.append(Node("lbc-release", lbc_release, addon_release_gates(ROLE)))
-    nodes += security_groups.nodes(ctx, PLUGIN)
-    return Plugin(PLUGIN, tuple(nodes), role_key="loadBalancerController", role_node=ROLE)
+    spec = ADDON.spec(ctx.spec)
+    return None if spec is None else iam.plugin(ctx, ADDON, _RELEASE, spec)
 
 
 ADDON = Addon(
+    "aws-load-balancer-controller",
     plugin,
-    owned_values=(
-        OwnedValues(
-            "spec.ingress.awsLoadBalancerController.values",
-            lambda s: s.ingress.aws_load_balancer_controller,
-            OWNED,
-        ),
-    ),
+    spec_path="spec.ingress.awsLoadBalancerController",
+    title="the AWS Load Balancer Controller",
+    release=RELEASE,
+    role=ROLE,
+    owned_values=OWNED,
+    ports=ports,
+    makes_load_balancers=True,
     usages=(
-        (
-            "lbc-release",
-            ROLE,
+        Usage(
+            RELEASE.node,
+            ROLE.node,
             "the load balancer controller uses this role until it is uninstalled",
         ),
-        (
-            "lbc-release",
-            "cni-release",
-            "the load balancer controller needs the CNI until it is gone",
-        ),
-        *custom_policy_usages(ROLE, POLICY),
+        cni.needed_by(RELEASE.node, "the load balancer controller needs the CNI until it is gone"),
+        *iam.role_usages(ROLE),
     ),
 )

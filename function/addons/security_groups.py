@@ -1,4 +1,6 @@
-"""Security groups (DESIGN section 5): the ports each add-on needs, composed or reported.
+"""Security groups: the ports each add-on needs, composed or reported.
+
+See docs/architecture.md, "Security groups".
 
 CAPA revokes, on the groups it manages, every ingress rule it did not create.
 So with ``manage: Auto`` rules are composed only onto groups the user owns
@@ -15,106 +17,26 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from function.cluster import IngressRule
-from function.graph import Ctx, MissingFactError, Node, Wait
-from function.spec import CalicoEncapsulation, ClusterPluginSpec, SecurityGroupMode
+from function.cluster import ClusterFacts, IngressRule
+from function.graph import (
+    BOTH,
+    CONTROL_PLANE,
+    NODE,
+    Ctx,
+    MissingFactError,
+    Node,
+    PortNeed,
+    Wait,
+)
+from function.names import CLUSTER_TAG
+from function.spec import SecurityGroupMode
 
-CONTROL_PLANE = "controlplane"
-NODE = "node"
-BOTH = (CONTROL_PLANE, NODE)
 SHORT = {CONTROL_PLANE: "cp", NODE: "node"}
 
 
-@dataclass(frozen=True)
-class PortNeed:
-    """Traffic an add-on needs between CAPA security-group roles."""
-
-    purpose: str
-    plugin: str
-    protocol: str  # CAPA's spelling: tcp, udp, "4" (IP-in-IP), "-1" (all)
-    from_port: int
-    to_port: int
-    targets: tuple[str, ...]
-    sources: tuple[str, ...]
-    # Which AWSCluster list CAPA takes it in: cniIngressRules apply to both
-    # roles from both roles; additionalNodeIngressRules name their sources.
-    capa_list: str
-    description: str
-
-    def capa_entry(self) -> dict[str, Any]:
-        """The entry to put in the AWSCluster spec list."""
-        entry: dict[str, Any] = {
-            "description": self.description,
-            "protocol": self.protocol,
-            "fromPort": self.from_port,
-            "toPort": self.to_port,
-        }
-        if self.capa_list != "cniIngressRules":
-            entry["sourceSecurityGroupRoles"] = list(self.sources)
-        return entry
-
-
-def _calico(plugin: str, enc: CalicoEncapsulation) -> list[PortNeed]:
-    def need(purpose: str, protocol: str, lo: int, hi: int, what: str) -> PortNeed:
-        return PortNeed(purpose, plugin, protocol, lo, hi, BOTH, BOTH, "cniIngressRules", what)
-
-    # The operator always deploys Typha; CAPA's default Calico rules lack it.
-    needs = [need("calico-typha", "tcp", 5473, 5473, "typha (calico)")]
-    if enc is CalicoEncapsulation.VXLAN:
-        needs.append(need("calico-vxlan", "udp", 4789, 4789, "vxlan (calico)"))
-    else:
-        needs.append(need("calico-bgp", "tcp", 179, 179, "bgp (calico)"))
-    if enc is CalicoEncapsulation.IPIP:
-        needs.append(need("calico-ipip", "4", -1, 65535, "IP-in-IP (calico)"))
-    return needs
-
-
-def needs(spec: ClusterPluginSpec) -> tuple[PortNeed, ...]:
-    """Every port need of the wanted add-ons."""
-    calico = spec.networking.calico
-    return _needs(
-        calico.encapsulation if calico is not None else None,
-        vpc_cni=spec.networking.amazon_vpc is not None,
-        lbc=spec.ingress.aws_load_balancer_controller is not None,
-    )
-
-
-@functools.cache  # a handful of combinations, read three times a call (issue 5)
-def _needs(calico: CalicoEncapsulation | None, *, vpc_cni: bool, lbc: bool) -> tuple[PortNeed, ...]:
-    out: list[PortNeed] = []
-    if calico is not None:
-        out += _calico("calico", calico)
-    if vpc_cni:
-        # Pods get VPC addresses behind the node ENIs' groups: allow all traffic
-        # between node and control-plane groups, as EKS's cluster group does.
-        out.append(
-            PortNeed(
-                "vpc-cni-all",
-                "vpc-cni",
-                "-1",
-                -1,
-                65535,
-                BOTH,
-                BOTH,
-                "cniIngressRules",
-                "all traffic (vpc-cni)",
-            )
-        )
-    if lbc:
-        out.append(
-            PortNeed(
-                "lbc-webhook",
-                "aws-load-balancer-controller",
-                "tcp",
-                9443,
-                9443,
-                (NODE,),
-                (CONTROL_PLANE,),
-                "additionalNodeIngressRules",
-                "aws-load-balancer-controller webhook",
-            )
-        )
-    return tuple(out)
+def cni_need(purpose: str, protocol: str, lo: int, hi: int, what: str) -> PortNeed:
+    """Traffic a CNI needs between every node and control-plane group (cniIngressRules)."""
+    return PortNeed(purpose, protocol, lo, hi, BOTH, BOTH, "cniIngressRules", what)
 
 
 def _rule_name(need: PortNeed, target: str, source: str) -> str:
@@ -128,11 +50,15 @@ def _group_id(ctx: Ctx, role: str) -> str | None:
     return sg.id if sg else None
 
 
-def _composes_onto(ctx: Ctx, role: str) -> bool:
-    mode = ctx.spec.security_groups.manage
-    if ctx.facts.eks or mode is SecurityGroupMode.NEVER:
+def composes_onto(mode: SecurityGroupMode, facts: ClusterFacts, role: str) -> bool:
+    """Whether rules are composed onto the group of ``role`` (else only checked)."""
+    if facts.eks or mode is SecurityGroupMode.NEVER:
         return False
-    return mode is SecurityGroupMode.ALWAYS or role in ctx.facts.sg_overrides
+    return mode is SecurityGroupMode.ALWAYS or role in facts.sg_overrides
+
+
+def _composes_onto(ctx: Ctx, role: str) -> bool:
+    return composes_onto(ctx.spec.security_groups.manage, ctx.facts, role)
 
 
 def _rule_builder(need: PortNeed, target: str, source: str):
@@ -150,7 +76,7 @@ def _rule_builder(need: PortNeed, target: str, source: str):
             "referencedSecurityGroupId": source_id,
             "ipProtocol": need.protocol,
             "description": f"{need.description} from {source}",
-            "tags": {"clusterplugin.dev/cluster": f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"},
+            "tags": {CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"},
         }
         # Ports mean nothing for "all traffic" and IP-in-IP.
         if need.protocol in {"tcp", "udp"}:
@@ -161,12 +87,10 @@ def _rule_builder(need: PortNeed, target: str, source: str):
     return build
 
 
-def nodes(ctx: Ctx, plugin: str) -> list[Node]:
-    """The rule nodes ``plugin`` composes (only onto groups we may write to)."""
+def nodes(ctx: Ctx, needs: tuple[PortNeed, ...]) -> list[Node]:
+    """The rule nodes an add-on composes for its ``needs`` (only onto groups we may write to)."""
     out = []
-    for need in needs(ctx.spec):
-        if need.plugin != plugin:
-            continue
+    for need in needs:
         for target in need.targets:
             for source in need.sources:
                 name = _rule_name(need, target, source)
@@ -233,7 +157,7 @@ def _gaps(
 
 def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911  # one per reason
     """Whether every port the wanted add-ons need is open, and how to fix it if not."""
-    wanted = needs(ctx.spec)
+    wanted = ctx.port_needs
     if not wanted:
         return SecurityGroupReport("True", "NotRequired", "no add-on needs extra ports")
     if ctx.facts.eks:

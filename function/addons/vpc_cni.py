@@ -5,38 +5,48 @@ from __future__ import annotations
 from typing import Any
 
 from function import structs
-from function.addons import security_groups
+from function.addons import cni, iam, irsa, security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.addons.iam import managed_policy, role_nodes, role_usages
 from function.graph import (
     Addon,
     Ctx,
     Node,
-    OwnedValues,
     Plugin,
+    PortNeed,
+    Release,
+    Role,
+    Usage,
     control_plane_initialized,
-    role_ready,
-    webhook_installed,
 )
-from function.spec import IRSAMode
+from function.spec import AmazonVPCSpec
 
-PLUGIN = "vpc-cni"
-NAMESPACE = "kube-system"
-SERVICE_ACCOUNT = "aws-node"
-ROLE = "vpc-cni-role"
+RELEASE = Release(
+    cni.RELEASE,
+    lambda charts: charts.vpc_cni,
+    namespace="kube-system",
+    name="aws-vpc-cni",
+    service_account="aws-node",
+    wait=True,
+)
+ROLE = Role(
+    "vpc-cni-role", "vpc-cni", status_key="vpcCni", managed_policy="policy/AmazonEKS_CNI_Policy"
+)
 OWNED = (("serviceAccount", "name"), ("serviceAccount", "annotations", IRSA_ANNOTATION))
 # Set once the webhook is ready: the pod-template change restarts aws-node,
 # which started before the webhook existed and so got no IRSA credentials.
 RESTART_ANNOTATION = "clusterplugin.dev/restarted-for-irsa"
+# Pods get VPC addresses behind the node ENIs' groups: allow all traffic between
+# node and control-plane groups, as EKS's cluster group does.
+PORTS = (security_groups.cni_need("vpc-cni-all", "-1", -1, 65535, "all traffic (vpc-cni)"),)
 
 
 def _restarted(ctx: Ctx) -> bool:
-    if not webhook_installed(ctx):
+    if not irsa.webhook_installed(ctx):
         return False
-    if ctx.is_ready("pod-identity-webhook-release"):
+    if ctx.is_ready(irsa.WEBHOOK.node):
         return True
     # Once set it stays set, so a webhook flap never restarts aws-node again.
-    observed = ctx.observed.get("cni-release")
+    observed = ctx.observed.get(RELEASE.node)
     return observed is not None and (
         structs.str_at(
             observed, "spec", "forProvider", "values", "podAnnotations", RESTART_ANNOTATION
@@ -47,49 +57,44 @@ def _restarted(ctx: Ctx) -> bool:
 
 def cni_release(ctx: Ctx) -> dict[str, Any]:
     """The aws-vpc-cni Release."""
-    spec = ctx.spec.networking.amazon_vpc
+    spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
-    role_arn = None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(ROLE)
-    values: dict[str, Any] = {"serviceAccount": service_account(SERVICE_ACCOUNT, role_arn)}
+    values: dict[str, Any] = {
+        "serviceAccount": service_account(RELEASE.service_account, iam.role_arn(ctx, ROLE))
+    }
     if _restarted(ctx):
         values["podAnnotations"] = {RESTART_ANNOTATION: "true"}
-    return release(
-        ctx,
-        chart=ctx.step.charts.vpc_cni,
-        version=spec.version,
-        namespace=NAMESPACE,
-        release_name="aws-vpc-cni",
-        values=values,
-        user_values=spec.values,
-        wait=True,
-    )
+    return release(ctx, RELEASE, values=values, version=spec.version, user_values=spec.values)
+
+
+def ports(_: AmazonVPCSpec) -> tuple[PortNeed, ...]:
+    """All traffic between the node and control-plane groups."""
+    return PORTS
+
+
+# The CNI runs on the host network: it waits neither for the CCM nor for the webhook.
+_RELEASE = Node(RELEASE.node, cni_release, (control_plane_initialized, iam.role_ready(ROLE)))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:
     """The VPC CNI plugin, when wanted."""
-    if ctx.spec.networking.amazon_vpc is None:
+    spec = ADDON.spec(ctx.spec)
+    if spec is None:
         return None
-    nodes: list[Node] = []
-    if ctx.irsa is not IRSAMode.DISABLED:
-        nodes += role_nodes(
-            node=ROLE,
-            addon=PLUGIN,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            policy_arn=managed_policy(PLUGIN),
-        )
-    nodes.append(Node("cni-release", cni_release, (control_plane_initialized, role_ready(ROLE))))
-    nodes += security_groups.nodes(ctx, PLUGIN)
-    return Plugin(PLUGIN, tuple(nodes), role_key="vpcCni", role_node=ROLE)
+    return iam.plugin(ctx, ADDON, _RELEASE, spec)
 
 
 ADDON = Addon(
+    "vpc-cni",
     plugin,
-    owned_values=(
-        OwnedValues("spec.networking.amazonVPC.values", lambda s: s.networking.amazon_vpc, OWNED),
-    ),
+    spec_path="spec.networking.amazonVPC",
+    title="the Amazon VPC CNI",
+    release=RELEASE,
+    role=ROLE,
+    owned_values=OWNED,
+    ports=ports,
     usages=(
-        ("cni-release", ROLE, "aws-node uses this role until it is uninstalled"),
-        *role_usages(ROLE),
+        Usage(RELEASE.node, ROLE.node, "aws-node uses this role until it is uninstalled"),
+        *iam.role_usages(ROLE),
     ),
 )

@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from function.aws.provider_policy import default_bucket_prefix, default_role_prefix, provider_policy
+from function.flavour import LEGACY_XR_KIND, NAMESPACED_XR_KIND
 from function.names import PARTITIONS
 
 if TYPE_CHECKING:
     from function.aws.preflight import Report
 
-XR_KINDS = ("ClusterPlugin", "XClusterPlugin")
+XR_KINDS = (NAMESPACED_XR_KIND, LEGACY_XR_KIND)
+# boto3 is the [aws] extra; make demo and make test install it into .venv/.
+AWS_EXTRA_HINT = "install the aws extra from the checkout: pip install -e '.[aws]'"
 
 
 class InputProblemError(click.ClickException):
@@ -33,17 +35,26 @@ def aws() -> None:
 
 
 def _read_xr(path: Path) -> dict[str, Any]:
-    from function.aws.inputs import InputError, load_documents  # noqa: PLC0415
+    from function.files import load_documents  # noqa: PLC0415
 
-    try:
-        docs = load_documents(path)
-    except InputError as err:
-        raise InputProblemError(str(err)) from err
-    for doc in docs:
+    for doc in load_documents([path]):
         if doc.get("kind") in XR_KINDS or "clusterName" in (doc.get("spec") or {}):
             return doc
     msg = f"{path}: no ClusterPlugin or XClusterPlugin in the file"
     raise InputProblemError(msg)
+
+
+_input_option = click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's step Input (namePrefix, provider config...). Default: all defaults.",
+)
+_composition_option = click.option(
+    "--composition",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Take the step Input from this Composition's function step. --input wins over it.",
+)
 
 
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -94,12 +105,8 @@ def render_text(report: Report) -> str:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The service-account public key (PEM), instead of the <cluster>-sa Secret.",
 )
-@click.option(
-    "--input",
-    "input_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's step Input (for namePrefix).",
-)
+@_input_option
+@_composition_option
 @click.option(
     "--phase",
     type=click.Choice(["before", "after", "auto"]),
@@ -119,12 +126,14 @@ def preflight(
     required: tuple[Path, ...],
     sa_public_key: Path | None,
     input_path: Path | None,
+    composition: Path | None,
     phase: str,
     output: str,
 ) -> None:
     """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
 
-    Exits 1 when any check fails, 2 when the input files cannot be used.
+    Exits 1 when any check fails, 2 when the function would refuse the XR or the input
+    files cannot be used.
     """
     try:
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
@@ -132,25 +141,25 @@ def preflight(
         from function.aws import preflight as pf  # noqa: PLC0415
         from function.aws.clients import make_clients  # noqa: PLC0415
     except ImportError as err:
-        msg = f"aws preflight needs boto3 ({err}): pip install 'function-cluster-plugin[aws]'"
+        msg = f"aws preflight needs boto3 ({err}): {AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
-    from function.aws.inputs import InputError, build_target, load_all, load_documents  # noqa: PLC0415
+    from function.accept import RegionError  # noqa: PLC0415
+    from function.aws.target import build_target  # noqa: PLC0415
+    from function.files import InputFileError, load_documents, step_input  # noqa: PLC0415
+    from function.spec import InvalidInputError  # noqa: PLC0415
 
-    xr_doc = _read_xr(xr)
     try:
-        step = None
-        if input_path is not None:
-            docs = load_documents(input_path)
-            step = next((d for d in docs if d.get("kind") == "Input"), docs[0] if docs else None)
+        xr_doc = _read_xr(xr)
+        _, step = step_input(input_path, composition, xr_doc)
         target = build_target(
             xr_doc,
-            required=load_all(required),
+            required=load_documents(required),
             step_input=step,
-            region=region,
+            region_flag=region,
             public_key=sa_public_key.read_bytes() if sa_public_key else None,
             public_key_source=str(sa_public_key) if sa_public_key else "",
         )
-    except InputError as err:
+    except (InputFileError, InvalidInputError, RegionError) as err:
         raise InputProblemError(str(err)) from err
 
     try:
@@ -169,8 +178,11 @@ def preflight(
 
 
 @aws.command("provider-policy")
+@_input_option
+@_composition_option
 @click.option(
-    "--name-prefix", default="", help="The step input's namePrefix (sets both prefixes' defaults)."
+    "--name-prefix",
+    help="The step input's namePrefix (sets both prefixes' defaults). [default: the Input's]",
 )
 @click.option(
     "--bucket-prefix", help="Issuer buckets start with this. [default: <name-prefix>irsa-]"
@@ -187,13 +199,34 @@ def preflight(
 )
 def provider_policy_cmd(
     *,
-    name_prefix: str,
+    input_path: Path | None,
+    composition: Path | None,
+    name_prefix: str | None,
     bucket_prefix: str | None,
     role_prefix: str | None,
     partition: str,
     account_id: str,
 ) -> None:
-    """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON)."""
+    """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
+
+    Exits 2 when the function would refuse the step input (or --name-prefix in it).
+    """
+    from function.accept import accept_input  # noqa: PLC0415
+    from function.aws.provider_policy import (  # noqa: PLC0415
+        default_bucket_prefix,
+        default_role_prefix,
+        provider_policy,
+    )
+    from function.files import InputFileError, step_input  # noqa: PLC0415
+    from function.spec import InvalidInputError  # noqa: PLC0415
+
+    try:
+        _, raw = step_input(input_path, composition)
+        if name_prefix is not None:
+            raw = {**raw, "namePrefix": name_prefix}
+        name_prefix = accept_input(raw).name_prefix
+    except (InputFileError, InvalidInputError) as err:
+        raise InputProblemError(str(err)) from err
     try:
         doc = provider_policy(
             bucket_prefix=default_bucket_prefix(name_prefix)

@@ -36,7 +36,8 @@ from __future__ import annotations
 from typing import Any
 
 from function.names import IAM_PATH, PARTITIONS
-from function.policies import DISCOVERY_KEY, JWKS_KEY, MANAGED_POLICIES, managed_policy_arn
+from function.policies import DISCOVERY_KEY, JWKS_KEY, managed_policy_arn
+from function.registry import MANAGED_POLICIES
 
 # Bucket-level S3 actions. The provider reads all of the Get* ones on every
 # refresh of an aws_s3_bucket (Terraform's resourceBucketRead reads ACL, CORS,
@@ -139,8 +140,6 @@ UNSCOPED_ACTIONS = (
     "ec2:DescribeTags",
 )
 
-ADDONS_WITH_MANAGED_POLICIES = tuple(MANAGED_POLICIES)
-
 
 def default_bucket_prefix(name_prefix: str = "") -> str:
     """The prefix every derived issuer bucket starts with (see ``Names.bucket``)."""
@@ -198,7 +197,7 @@ def provider_policy(
     role = f"{iam}:role{IAM_PATH}{role_prefix}*"
     our_policies = f"{iam}:policy{IAM_PATH}{role_prefix}*"
     ec2 = f"arn:{p.name}:ec2:*:{account_id}"
-    attachable = [managed_policy_arn(a, p) for a in ADDONS_WITH_MANAGED_POLICIES] + [our_policies]
+    attachable = [managed_policy_arn(path, p) for path in MANAGED_POLICIES] + [our_policies]
 
     statements: list[dict[str, Any]] = [
         {

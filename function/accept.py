@@ -1,0 +1,355 @@
+"""Whether a ClusterPlugin and its step input are acceptable, and what follows from them.
+
+The one path every command takes: the function's runner (``fn.py``, and so
+``render`` and ``simulate``), ``issuer``, ``aws preflight`` and
+``aws provider-policy``. A refusal is an ``InvalidInputError`` naming each bad
+field; the function turns it into one FATAL result, the commands into one
+message and a non-zero exit, all with the same words.
+
+Two stages, as the function meets them: ``accept`` judges the XR and its input
+alone (validity, the owned Helm values, an External issuer, the cluster's
+namespace, a bucket name override) and derives the namespace, flavour, names and
+the wanted add-ons; ``refuse`` judges them against the cluster's facts, once read.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+from function import cluster, registry, structs
+from function.cluster import ClusterFacts
+from function.flavour import Flavour
+from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
+from function.names import Names
+from function.spec import (
+    CROSSPLANE_SPEC_FIELDS,
+    REGION,
+    ClusterPluginSpec,
+    InvalidInputError,
+    IRSAMode,
+    StepInput,
+    parse_input,
+    parse_spec,
+)
+
+CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
+OIDC_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::\d{12}:oidc-provider/(.+)$")
+_EMPTY = struct_pb2.Struct()
+
+
+@dataclass(frozen=True, eq=False)
+class Accepted:
+    """An acceptable XR and step input, and everything derived from them alone."""
+
+    spec: ClusterPluginSpec
+    step: StepInput
+    namespace: str  # the CAPI cluster's
+    namespaced: bool  # the XR is (Crossplane v2 ClusterPlugin)
+    names: Names
+    flavour: Flavour
+    wanted: tuple[Addon, ...]  # the add-ons the spec asks for
+    wants_irsa: bool  # one of them has an IRSA role
+    hosts_issuer: bool  # SelfHosted IRSA: the issuer is composed
+    port_needs: tuple[PortNeed, ...]
+
+    def requirements(self, req: fnv1.RunFunctionRequest) -> cluster.Requirements:
+        """What to ask Crossplane for, given what ``req`` already holds."""
+        return cluster.requirements(
+            req,
+            cluster_name=self.spec.cluster_name,
+            namespace=self.namespace,
+            want_sa_secret=self.hosts_issuer,
+            step=self.step,
+        )
+
+    def read_facts(self, req: fnv1.RunFunctionRequest) -> ClusterFacts:
+        """The cluster's facts in ``req``."""
+        return cluster.read_facts(
+            req, cluster_name=self.spec.cluster_name, namespace=self.namespace
+        )
+
+    def context(self, facts: ClusterFacts, observed: Observed) -> Ctx:
+        """What the add-ons' builders and gates read during one call."""
+        return Ctx(
+            self.spec,
+            self.step,
+            self.flavour,
+            self.names,
+            facts,
+            observed,
+            hosts_issuer=self.hosts_issuer,
+            port_needs=self.port_needs,
+        )
+
+    def issuer_url(self, region: str) -> str:
+        """The service-account issuer (SelfHosted: in ``region``; External: the given one)."""
+        return issuer_url(self.spec, self.names, region)
+
+
+# --- the XR and its input alone ------------------------------------------------------
+
+
+def _spec_key(spec: struct_pb2.Struct) -> bytes:
+    """The spec without the fields Crossplane owns, serialized deterministically.
+
+    ``parse_spec`` ignores those fields, and a Crossplane v2 XR carries every
+    composed resource's reference in ``spec.crossplane.resourceRefs``: keeping
+    them out of the key saves converting them on a miss (most of a miss's cost)
+    and keeps the key stable while resources come and go.
+    """
+    fields = spec.fields
+    if not any(k in CROSSPLANE_SPEC_FIELDS for k in fields):
+        return spec.SerializeToString(deterministic=True)
+    ours = struct_pb2.Struct()
+    for k, v in fields.items():
+        if k not in CROSSPLANE_SPEC_FIELDS:
+            ours.fields[k].CopyFrom(v)
+    return ours.SerializeToString(deterministic=True)
+
+
+def _to_dict(serialized: bytes) -> dict[str, Any]:
+    s = struct_pb2.Struct()
+    s.ParseFromString(serialized)
+    return resource.struct_to_dict(s)
+
+
+# Validating is the most expensive part of a small request, and neither changes
+# often: cached by serialized bytes. The step input is the Composition's, shared
+# by every XR, so it is cached apart from the per-XR spec.
+@functools.lru_cache(maxsize=4096)
+def _parse_spec(spec_key: bytes) -> ClusterPluginSpec:
+    return parse_spec(_to_dict(spec_key))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_input(input_bytes: bytes) -> StepInput:
+    return parse_input(_to_dict(input_bytes))
+
+
+def _external_problems(spec: ClusterPluginSpec) -> list[tuple[str, str]]:
+    irsa = spec.irsa
+    if irsa.mode is not IRSAMode.EXTERNAL:
+        return []
+    problems = []
+    url = irsa.issuer_url.rstrip("/")
+    if not re.match(r"^https://[a-z0-9.-]+(/[A-Za-z0-9._~/-]*)?$", url):
+        problems.append(
+            (
+                "spec.irsa.issuerURL",
+                f"{irsa.issuer_url!r} must be an https:// URL without port, query or fragment",
+            )
+        )
+    m = OIDC_ARN.match(irsa.oidc_provider_arn)
+    if not m:
+        problems.append(
+            (
+                "spec.irsa.oidcProviderARN",
+                (
+                    f"{irsa.oidc_provider_arn!r} is not an IAM OIDC provider ARN "
+                    "(arn:<partition>:iam::<account>:oidc-provider/<issuer host and path>)"
+                ),
+            )
+        )
+    # Roles trust the provider named here for tokens of the issuer named here:
+    # the two must be the same issuer, or no token could ever match.
+    elif not problems and m.group(2) != url.removeprefix("https://"):
+        problems.append(
+            (
+                "spec.irsa.oidcProviderARN",
+                f"names provider {m.group(2)!r}, which is not the issuer {url!r}",
+            )
+        )
+    return problems
+
+
+def _namespace(
+    xr_namespace: str | None, claim_namespace: str | None, spec: ClusterPluginSpec
+) -> tuple[str, bool]:
+    """(the CAPI cluster's namespace, whether the XR is namespaced); InvalidInputError if unusable.
+
+    The XR's own namespace, else its claim's, else ``spec.clusterNamespace``; a
+    claim or a namespaced XR may not name another namespace.
+    """
+    if xr_namespace:
+        if spec.cluster_namespace and spec.cluster_namespace != xr_namespace:
+            raise InvalidInputError(
+                "spec.clusterNamespace",
+                f"a namespaced ClusterPlugin can only use a Cluster in its own namespace "
+                f"{xr_namespace!r}",
+            )
+        return xr_namespace, True
+    if claim_namespace:
+        # A claim must not reach a cluster (and its Secrets) in another namespace.
+        if spec.cluster_namespace and spec.cluster_namespace != claim_namespace:
+            raise InvalidInputError(
+                "spec.clusterNamespace",
+                f"a claim can only use a Cluster in its own namespace {claim_namespace!r}",
+            )
+        return claim_namespace, False
+    if spec.cluster_namespace:
+        return spec.cluster_namespace, False
+    raise InvalidInputError(
+        "spec.clusterNamespace",
+        "is required for a cluster-scoped XClusterPlugin without a claim (the Cluster's namespace)",
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _accept(
+    spec_key: bytes, input_bytes: bytes, xr_namespace: str | None, claim_namespace: str | None
+) -> Accepted:
+    problems: list[tuple[str, str]] = []
+    spec = step = None
+    try:
+        spec = _parse_spec(spec_key)
+    except InvalidInputError as err:
+        problems += err.problems
+    try:
+        step = _parse_input(input_bytes)
+    except InvalidInputError as err:
+        problems += err.problems
+    if spec is None or step is None:
+        raise InvalidInputError.of(problems)
+    problems += registry.owned_values_problems(spec)
+    problems += _external_problems(spec)
+    try:
+        namespace, namespaced = _namespace(xr_namespace, claim_namespace, spec)
+    except InvalidInputError as err:
+        raise InvalidInputError.of([*problems, *err.problems]) from None
+    names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
+    bucket = names.bucket_override_problem()
+    if bucket:
+        problems.append(("spec.irsa.bucketName", bucket))
+    if problems:
+        raise InvalidInputError.of(problems)
+    wants_irsa = registry.wants_irsa(spec)
+    return Accepted(
+        spec=spec,
+        step=step,
+        namespace=namespace,
+        namespaced=namespaced,
+        names=names,
+        flavour=Flavour(
+            namespaced=namespaced,
+            aws_provider_config=step.aws_provider_config.name,
+            aws_provider_config_kind=step.aws_provider_config.kind,
+            helm_provider_config=names.helm_provider_config(namespaced=namespaced),
+        ),
+        wanted=registry.wanted(spec),
+        wants_irsa=wants_irsa,
+        hosts_issuer=wants_irsa and spec.irsa.mode is IRSAMode.SELF_HOSTED,
+        port_needs=registry.port_needs(spec),
+    )
+
+
+def accept(xr: struct_pb2.Struct, step_input: struct_pb2.Struct) -> Accepted:
+    """The accepted XR (observed composite) and step input; InvalidInputError otherwise."""
+    return _accept(
+        _spec_key(structs.struct_at(xr, "spec") or _EMPTY),
+        step_input.SerializeToString(deterministic=True),
+        structs.str_at(xr, "metadata", "namespace"),
+        structs.str_at(xr, "metadata", "labels", CLAIM_NAMESPACE_LABEL),
+    )
+
+
+def accept_objects(xr: Mapping[str, Any], step_input: Mapping[str, Any] | None) -> Accepted:
+    """``accept`` for the XR and step input as a command reads them from files."""
+    return accept(
+        resource.dict_to_struct(dict(xr)), resource.dict_to_struct(dict(step_input or {}))
+    )
+
+
+def accept_input(step_input: Mapping[str, Any] | None) -> StepInput:
+    """The step input alone, judged as the function judges it (``aws provider-policy``)."""
+    return _parse_input(
+        resource.dict_to_struct(dict(step_input or {})).SerializeToString(deterministic=True)
+    )
+
+
+def cache_clear() -> None:
+    """Forget every accepted XR and input (tests: no answer may depend on the caches)."""
+    _accept.cache_clear()
+    _parse_spec.cache_clear()
+    _parse_input.cache_clear()
+
+
+# --- against the cluster -----------------------------------------------------------
+
+
+def refuse(accepted: Accepted, facts: ClusterFacts) -> None:
+    """Raise InvalidInputError for a spec or input this cluster cannot have."""
+    if accepted.step.protect_cluster and not accepted.namespaced:
+        raise InvalidInputError(
+            "input.protectCluster",
+            "is only for namespaced ClusterPlugins (Crossplane v2): a cluster-scoped Usage "
+            "cannot reference the namespaced CAPI Cluster",
+        )
+    for addon in accepted.wanted:
+        if addon.cluster_problem is not None:
+            problem = addon.cluster_problem(accepted.spec, facts)
+            if problem:
+                raise InvalidInputError(addon.spec_path, problem)
+
+
+def accept_with_objects(
+    xr: Mapping[str, Any],
+    step_input: Mapping[str, Any] | None,
+    objs: Iterable[Mapping[str, Any]],
+) -> tuple[Accepted, ClusterFacts]:
+    """For the commands: the accepted XR, and the facts of the cluster objects a user gives.
+
+    The objects are read as the function reads them from Crossplane (found by
+    reference from the Cluster, or by label), and judged as the function judges them.
+    """
+    accepted = accept_objects(xr, step_input)
+    req = cluster.request_from_objects(
+        objs,
+        cluster_name=accepted.spec.cluster_name,
+        namespace=accepted.namespace,
+        want_sa_secret=accepted.hosts_issuer,
+        step=accepted.step,
+    )
+    facts = accepted.read_facts(req)
+    refuse(accepted, facts)
+    return accepted, facts
+
+
+class RegionError(ValueError):
+    """The commands cannot tell the region the function would use."""
+
+
+def region(accepted: Accepted, facts: ClusterFacts, flag: str | None = None) -> tuple[str, str]:
+    """(region, where it came from): the function's (spec.region, else the AWSCluster's).
+
+    ``flag`` (``--region``) only stands in when neither says it, and may not disagree:
+    the issuer URL is fixed at the cluster's first boot.
+    """
+    if flag and not REGION.match(flag):
+        msg = (
+            f"--region {flag!r} is not an AWS region such as us-east-1, cn-north-1 or us-gov-west-1"
+        )
+        raise RegionError(msg)
+    for value, source in (
+        (accepted.spec.region, "spec.region"),
+        (facts.region, "AWSCluster spec.region"),
+    ):
+        if value:
+            if flag and flag != value:
+                msg = f"--region {flag} disagrees with {source} {value}, which the function uses"
+                raise RegionError(msg)
+            return value, source
+    if flag:
+        return flag, "--region"
+    msg = (
+        "the region is unknown: set spec.region, pass --region, "
+        "or pass the AWSCluster with --required"
+    )
+    raise RegionError(msg)

@@ -1,0 +1,78 @@
+"""The add-ons, and what follows from their declarations.
+
+A new add-on is a module declaring an ``Addon`` (see ``function/graph.py``) and
+one line in ``ADDONS``: which add-ons need IRSA, the ports to open, the values
+the user may not set, the deletion order, the preflight's role checks and the
+issuer's warnings all come from the declarations.
+"""
+
+from __future__ import annotations
+
+from function.addons import calico, ccm, csi, external_dns, irsa, lbc, vpc_cni
+from function.addons.helm import owned_problems
+from function.graph import Addon, PortNeed, Usage
+from function.spec import ClusterPluginSpec
+
+# In status.plugins[] order.
+ADDONS: tuple[Addon, ...] = (
+    ccm.ADDON,
+    irsa.ADDON,
+    vpc_cni.ADDON,
+    calico.ADDON,
+    csi.EBS,
+    csi.EFS,
+    lbc.ADDON,
+    external_dns.ADDON,
+)
+
+# Deletion order, as Usages: ``by`` is deleted before ``of``.
+USAGES: tuple[Usage, ...] = tuple(u for a in ADDONS for u in a.usages)
+
+# The add-ons a user asks for in the spec (the issuer follows from them).
+REQUESTABLE: tuple[Addon, ...] = tuple(a for a in ADDONS if a.spec_path)
+
+# Those with an IRSA role, whose spec asks for the issuer.
+WITH_ROLES: tuple[Addon, ...] = tuple(a for a in REQUESTABLE if a.role is not None)
+
+# The AWS-managed policies the add-ons' roles get (the provider may attach only these).
+MANAGED_POLICIES: tuple[str, ...] = tuple(
+    a.role.managed_policy for a in WITH_ROLES if a.role is not None and a.role.managed_policy
+)
+
+# The names status.plugins[] and the metrics' plugin label can hold.
+PLUGIN_NAMES: tuple[str, ...] = tuple(a.name for a in ADDONS)
+
+
+def wanted(spec: ClusterPluginSpec) -> tuple[Addon, ...]:
+    """The add-ons the spec asks for."""
+    return tuple(a for a in REQUESTABLE if a.spec(spec) is not None)
+
+
+def wants_irsa(spec: ClusterPluginSpec) -> bool:
+    """Whether any add-on the spec asks for has an IRSA role."""
+    return any(a.spec(spec) is not None for a in WITH_ROLES)
+
+
+def port_needs(spec: ClusterPluginSpec) -> tuple[PortNeed, ...]:
+    """Every security-group port the wanted add-ons need."""
+    out: list[PortNeed] = []
+    for addon in REQUESTABLE:
+        addon_spec = addon.spec(spec)
+        if addon_spec is not None:
+            out += addon.ports(addon_spec)
+    return tuple(out)
+
+
+def owned_values_problems(spec: ClusterPluginSpec) -> list[tuple[str, str]]:
+    """User values that fight keys the function owns, as (field, message)."""
+    problems: list[tuple[str, str]] = []
+    for addon in REQUESTABLE:
+        addon_spec = addon.spec(spec)
+        if addon_spec is not None and addon.owned_values:
+            problems += owned_problems(addon_spec.values, addon.owned_values, addon.values_field)
+    return problems
+
+
+def role_fields() -> str:
+    """The spec fields of the add-ons with a role, as a person reads them."""
+    return ", ".join(a.spec_path.rsplit(".", 1)[-1] for a in WITH_ROLES)
