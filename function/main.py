@@ -19,6 +19,7 @@ cold start pays only for what serving needs.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any, ClassVar
@@ -33,6 +34,9 @@ from function.__version__ import __version__
 @click.version_option(__version__, prog_name="function-cluster-plugin")
 def cli() -> None:
     """Compose Cluster API add-ons on AWS (CNI, CSI, load balancer, IRSA) with Crossplane."""
+
+
+DURATION_FORMAT = "seconds (90, 1.5) or a Go-style duration: 90s, 5m, 1m30s, 250ms, 1h"
 
 
 class Duration(click.ParamType):
@@ -145,14 +149,46 @@ def serve_options(func: Any) -> Any:
     return sdkcli.standard_options(func)
 
 
-@cli.command()
+class ServeUsageError(click.ClickException):
+    """What to pass to ``serve``, in one line (exit code 2, like other usage errors)."""
+
+    exit_code = 2
+
+
+# What Crossplane mounts into a function's pod (runtime.load_credentials reads them).
+TLS_FILES = ("tls.crt", "tls.key", "ca.crt")
+
+
+def _check_credentials(insecure: bool, tls_certs_dir: str | None) -> None:  # noqa: FBT001
+    if insecure:
+        return
+    if not tls_certs_dir:
+        msg = (
+            "serve needs --tls-server-certs-dir DIR (env TLS_SERVER_CERTS_DIR, a directory "
+            f"holding {', '.join(TLS_FILES)}: what Crossplane mounts), or --insecure "
+            "(plaintext, for local runs such as crossplane render)"
+        )
+        raise ServeUsageError(msg)
+    missing = [f for f in TLS_FILES if not os.path.isfile(os.path.join(tls_certs_dir, f))]
+    if missing:
+        msg = (
+            f"--tls-server-certs-dir {tls_certs_dir} lacks {', '.join(missing)}: it must hold "
+            f"{', '.join(TLS_FILES)} (the server's certificate and key, and the CA that signs "
+            "Crossplane's client certificate), or pass --insecure"
+        )
+        raise ServeUsageError(msg)
+
+
+@cli.command(epilog=f"DURATION: {DURATION_FORMAT}.")
 @serve_options
 def serve(*, debug: bool, **kwargs: Any) -> None:
     """Serve the composition function over gRPC (mTLS unless --insecure).
 
     SIGTERM drains (see --drain-grace); grpc.health.v1.Health reports SERVING while the
-    function answers; --metrics-address serves Prometheus metrics.
+    function answers; --metrics-address serves Prometheus metrics. Every flag can also
+    be given by the environment variable shown with it.
     """
+    _check_credentials(kwargs["insecure"], kwargs["tls_certs_dir"])
     # Kept out of `--help` and the other commands: they need none of it.
     from function import fn  # noqa: PLC0415
     from function.server import ServeOptions, serve  # noqa: PLC0415
@@ -489,7 +525,18 @@ def _add_aws_group() -> None:
     cli.add_command(aws)
 
 
+def _show_environment_variables(group: click.Group) -> None:
+    """Every flag's --help names the environment variable it also reads."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _show_environment_variables(command)
+        for param in command.params:
+            if isinstance(param, click.Option) and param.envvar:
+                param.show_envvar = True
+
+
 _add_aws_group()
+_show_environment_variables(cli)
 
 if __name__ == "__main__":
     cli()

@@ -214,5 +214,8 @@ def test_a_client_that_does_not_trust_the_servers_ca_does_not_connect(
 
 
 def test_without_insecure_or_certificates_serve_refuses_to_start() -> None:
-    with pytest.raises(RuntimeError, match="credentials"), gen.serve(startup_s=20):
+    # One line saying what to pass, not a traceback; exit 2 like other usage errors.
+    with pytest.raises(RuntimeError, match=r"serve exited with 2: Error: serve needs --tls-server-certs-dir DIR") as err, gen.serve(startup_s=20):
         pass
+    assert "Traceback" not in str(err.value)
+    assert "or --insecure" in str(err.value)

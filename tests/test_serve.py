@@ -246,6 +246,30 @@ def test_serve_help_lists_every_flag() -> None:
         assert flag in out, flag
 
 
+def test_serve_help_names_each_flags_environment_variable_and_the_duration_format() -> None:
+    out = " ".join(CliRunner().invoke(main.cli, ["serve", "--help"]).output.split())
+    for envvar in (
+        "ADDRESS", "INSECURE", "TLS_SERVER_CERTS_DIR", "MAX_RECV_MESSAGE_SIZE", "MAX_SEND_MESSAGE_SIZE",
+        "DEBUG", "DRAIN_GRACE", "HEALTH_ADDRESS", "METRICS_ADDRESS", "METRICS_WINDOW",
+        "MAX_CONNECTION_AGE", "MAX_CONNECTION_AGE_GRACE", "KEEPALIVE_MIN_PING_INTERVAL",
+        "KEEPALIVE_PERMIT_WITHOUT_CALLS",
+    ):
+        assert f"env var: {envvar}" in out, envvar
+    assert "DURATION: seconds (90, 1.5) or a Go-style duration: 90s, 5m, 1m30s, 250ms, 1h" in out
+
+
+def test_serve_without_credentials_says_what_to_pass_in_one_line(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main.cli, ["serve"], env={"TLS_SERVER_CERTS_DIR": "", "INSECURE": ""})
+    assert r.exit_code == 2
+    assert r.output.count("\n") == 1 and "Traceback" not in r.output
+    assert "--tls-server-certs-dir DIR" in r.output and "--insecure" in r.output
+    (tmp_path / "tls.key").write_text("key")
+    r = CliRunner().invoke(main.cli, ["serve", "--tls-server-certs-dir", str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.output.count("\n") == 1
+    assert f"--tls-server-certs-dir {tmp_path} lacks tls.crt, ca.crt" in r.output
+
+
 def test_serve_imports_no_metrics_library_unless_asked() -> None:
     """Cold start: prometheus_client (~25 ms to import) only with --metrics-address."""
     code = (
