@@ -46,6 +46,7 @@ from function.addons import cni
 from function.world import World, orphaned
 
 CONTROL_PLANE = "control-plane"
+_CONDITION_STATUS = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}
 SETTLE_STEPS = 3
 _FAULT = re.compile(
     r"^(?P<node>[a-z0-9]([-a-z0-9]*[a-z0-9])?)@(?P<step>\d+)(\+(?P<duration>\d+))?$"
@@ -146,6 +147,8 @@ class StepRecord:
     desired_count: int = 0
     xr_ready: bool = False
     waiting: dict[str, str] = field(default_factory=dict)  # plugin -> waitingFor
+    # The XR's conditions the function set that are not True: "<type>=<status> (<reason>): ..."
+    not_true: list[str] = field(default_factory=list)
     results: list[dict[str, str]] = field(default_factory=list)
     fatal: str | None = None
 
@@ -177,6 +180,7 @@ class StepRecord:
             "desired": self.desired_count,
             "xrReady": self.xr_ready,
             "waiting": self.waiting,
+            "notTrue": self.not_true,
             "results": self.results,
         }
         if self.fatal is not None:
@@ -269,6 +273,19 @@ class Simulation:
             out.append(f"{len(self.deletions)} composed resource(s) deleted: {listed}")
         return out
 
+    def waits_at_end(self) -> list[str]:
+        """What the XR waits for after the last reconcile, when not Ready then.
+
+        Each plugin's waitingFor, then the conditions that are not True (but the
+        PluginsReady summary of those same waits).
+        """
+        last = self.steps[-1] if self.steps else None
+        if last is None or last.fatal is not None or last.xr_ready:
+            return []
+        said = [f"{plugin}: {what}" for plugin, what in last.waiting.items()]
+        said += [c for c in last.not_true if not c.startswith("PluginsReady=False (Waiting)")]
+        return said
+
     def _deletion_problems(self) -> list[str]:
         s = self.settings
         gone_at = s.cluster_gone_at or 0
@@ -330,6 +347,7 @@ class Simulation:
             "left": self.left,
             "ok": self.ok,
             "problems": self.problems(),
+            "waitingAtEnd": self.waits_at_end(),
         }
 
 
@@ -439,6 +457,11 @@ class Simulator:
             return out
         out.created, out.deleted = list(rec.created), list(rec.deleted)
         out.waiting = self._record_waits(rsp)
+        out.not_true = [
+            f"{c.type}={_CONDITION_STATUS.get(c.status, 'Unknown')} ({c.reason}): {c.message}"
+            for c in rsp.conditions
+            if c.status != fnv1.STATUS_CONDITION_TRUE
+        ]
         out.results = [
             {"severity": fnv1.Severity.Name(r.severity), "reason": r.reason, "message": r.message}
             for r in rsp.results
@@ -634,6 +657,10 @@ def summary_lines(sim: Simulation) -> list[str]:
         for name in sim.unknown_faults
     )
     lines.extend(f"FAILED: {p}" for p in sim.problems())
+    waits = sim.waits_at_end()
+    if waits and sim.settings.delete_cluster_at is None:
+        lines.append(f"the XR waits, after reconcile {sim.last_step}, for:")
+        lines.extend(f"  {w}" for w in waits)
     return lines
 
 

@@ -139,6 +139,10 @@ def test_control_plane_never_available_fails() -> None:
     assert doc["xrReadyAt"] is None
     assert not doc["ok"]
     assert any("never became Ready" in p for p in doc["problems"])
+    # What the XR waits for at the end: its plugins' waitingFor and its conditions.
+    waits = doc["waitingAtEnd"]
+    assert "ebs-csi: control plane available" in waits
+    assert any(w.startswith("SecurityGroupsReady=False (IngressRulesMissing): ") for w in waits)
     assert doc["lastStep"] == 20
     assert doc["deletions"] == []
     n = nodes(doc)
