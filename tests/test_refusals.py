@@ -1,0 +1,521 @@
+"""Every command refuses what the function refuses, with the function's own words.
+
+One table holds every FATAL the function gives on its input (each validator of
+``function/spec.py``, each rule of ``function/accept.py``, each add-on's owned
+values and cluster problem). Each case is fed to the function (``render``'s
+in-process call), then to ``render``, ``simulate``, ``issuer`` and ``aws
+preflight`` (and, when the step input alone is bad, ``aws provider-policy``):
+each must exit non-zero and print exactly the function's message. The expected
+field and words are written here by hand, so a message that changes or a
+refusal that disappears fails the test.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from function import files, render
+from function.main import cli
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+Change = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One refused XR or step input, and the start of the function's FATAL message."""
+
+    id: str
+    expected: str  # "<field>: <words>", the start of the message (or of one of its problems)
+    spec: dict[str, Any] = field(default_factory=dict)  # merged into the example's spec
+    change: Change | None = None  # or any other change of the XR
+    step_input: dict[str, Any] | None = None
+    example: str = "selfhosted-full"
+    # The step input is bad by itself (``aws provider-policy`` reads only that).
+    input_alone: bool = False
+    also: tuple[str, ...] = ()  # further problems said in the same message
+
+    def xr(self) -> dict[str, Any]:
+        xr = files.load_one(EXAMPLES / self.example / "xr.yaml", "XR")
+        xr["spec"].update(copy.deepcopy(self.spec))
+        if self.change is not None:
+            self.change(xr)
+        return xr
+
+
+def _pop(*path: str) -> Change:
+    def change(xr: dict[str, Any]) -> None:
+        obj = xr
+        for key in path[:-1]:
+            obj = obj[key]
+        obj.pop(path[-1])
+
+    return change
+
+
+def _set(value: Any, *path: str) -> Change:
+    def change(xr: dict[str, Any]) -> None:
+        obj = xr
+        for key in path[:-1]:
+            obj = obj.setdefault(key, {})
+        obj[path[-1]] = value
+
+    return change
+
+
+DNS = {"hostedZoneIDs": ["Z0123456789ABC"]}
+EXTERNAL = {
+    "mode": "External",
+    "issuerURL": "https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE",
+    "oidcProviderARN": "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE",
+}
+CALICO_ONLY = {"networking": {"calico": {}}}
+
+
+def _values(path: tuple[str, ...], values: dict[str, Any], base: Any = None) -> dict[str, Any]:
+    """A spec fragment setting ``values`` on the add-on at ``path`` (spec keys)."""
+    addon: dict[str, Any] = {"values": values}
+    if base:
+        addon.update(base)
+    out: dict[str, Any] = addon
+    for key in reversed(path):
+        out = {key: out}
+    return out
+
+
+CASES = [
+    # --- the spec's validators (function/spec.py) ---
+    Case(
+        "cluster-name-missing", "spec.clusterName: is required", change=_pop("spec", "clusterName")
+    ),
+    Case(
+        "cluster-name-not-dns",
+        "spec.clusterName: 'Demo' is not a Kubernetes name",
+        {"clusterName": "Demo"},
+    ),
+    Case(
+        "cluster-name-long",
+        "spec.clusterName: String should have at most 63 characters",
+        {"clusterName": "a" * 64},
+    ),
+    Case("region", "spec.region: 'mars-1' is not an AWS region", {"region": "mars-1"}),
+    Case(
+        "misspelled-field",
+        "spec.netkworking: unknown field (did you mean networking?)",
+        {"netkworking": {}},
+    ),
+    Case(
+        "unknown-field",
+        "spec.colour: unknown field (check the spelling against the ClusterPlugin schema)",
+        {"colour": "blue"},
+    ),
+    Case(
+        "two-cnis",
+        "spec.networking: set at most one of amazonVPC and calico",
+        {"networking": {"amazonVPC": {}, "calico": {}}},
+    ),
+    Case(
+        "chart-version",
+        "spec.storage.ebs.version: 'latest' is not a chart version",
+        {"storage": {"ebs": {"version": "latest"}}},
+    ),
+    Case(
+        "values-not-object",
+        "spec.storage.ebs.values: must be an object of Helm values (got list)",
+        {"storage": {"ebs": {"values": ["a"]}}},
+    ),
+    Case(
+        "calico-encapsulation",
+        "spec.networking.calico.encapsulation: must be one of 'IPIP', 'VXLAN' or 'None'",
+        {"networking": {"calico": {"encapsulation": "GRE"}}},
+    ),
+    Case(
+        "calico-cidr",
+        "spec.networking.calico.cidr: '10.0.0.0' is not an IPv4 CIDR",
+        {"networking": {"calico": {"cidr": "10.0.0.0"}}},
+    ),
+    Case(
+        "efs-file-system",
+        "spec.storage.efs.fileSystemId: 'vol-1' is not an EFS file system id",
+        {"storage": {"efs": {"fileSystemId": "vol-1"}}},
+    ),
+    Case(
+        "dns-zones-missing",
+        "spec.dns.externalDNS.hostedZoneIDs: is required",
+        {"dns": {"externalDNS": {}}},
+    ),
+    Case(
+        "dns-zones-empty",
+        "spec.dns.externalDNS.hostedZoneIDs: must list at least one hosted zone",
+        {"dns": {"externalDNS": {"hostedZoneIDs": []}}},
+    ),
+    Case(
+        "dns-zone-id",
+        "spec.dns.externalDNS.hostedZoneIDs[0]: '/hostedzone/Z1' is not a Route 53 hosted zone id",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["/hostedzone/Z1"]}}},
+    ),
+    Case(
+        "dns-zone-twice",
+        "spec.dns.externalDNS.hostedZoneIDs[1]: 'Z1' is listed twice",
+        {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1", "Z1"]}}},
+    ),
+    Case(
+        "dns-zones-too-many",
+        "spec.dns.externalDNS.hostedZoneIDs: List should have at most 50 items",
+        {"dns": {"externalDNS": {"hostedZoneIDs": [f"Z{i}" for i in range(51)]}}},
+    ),
+    Case(
+        "dns-domain-filter",
+        "spec.dns.externalDNS.domainFilters[0]: 'Example.com.' is not a DNS name",
+        {"dns": {"externalDNS": {**DNS, "domainFilters": ["Example.com."]}}},
+    ),
+    Case(
+        "dns-domain-filter-twice",
+        "spec.dns.externalDNS.domainFilters[1]: 'a.com' is listed twice",
+        {"dns": {"externalDNS": {**DNS, "domainFilters": ["a.com", "a.com"]}}},
+    ),
+    Case(
+        "dns-policy",
+        "spec.dns.externalDNS.policy: must be one of",
+        {"dns": {"externalDNS": {**DNS, "policy": "delete-all"}}},
+    ),
+    Case(
+        "dns-zone-type",
+        "spec.dns.externalDNS.zoneType: must be one of",
+        {"dns": {"externalDNS": {**DNS, "zoneType": "shared"}}},
+    ),
+    Case(
+        "dns-env-not-list",
+        "spec.dns.externalDNS.values.env: must be a list of environment variables",
+        {"dns": {"externalDNS": {**DNS, "values": {"env": {"A": "b"}}}}},
+    ),
+    Case(
+        "dns-env-owned",
+        "spec.dns.externalDNS.values.env[0].name: AWS_REGION is set by the function",
+        {
+            "dns": {
+                "externalDNS": {**DNS, "values": {"env": [{"name": "AWS_REGION", "value": "x"}]}}
+            }
+        },
+    ),
+    Case(
+        "irsa-mode",
+        "spec.irsa.mode: must be one of 'SelfHosted', 'External' or 'Disabled'",
+        {"irsa": {"mode": "Sometimes"}},
+    ),
+    Case(
+        "bucket-name-s3",
+        "spec.irsa.bucketName: 'my.bucket' may hold only lower-case letters",
+        {"irsa": {"bucketName": "my.bucket"}},
+    ),
+    Case(
+        "bucket-name-short",
+        "spec.irsa.bucketName: 'ab' must be 3 to 63 characters long",
+        {"irsa": {"bucketName": "ab"}},
+    ),
+    Case(
+        "bucket-name-reserved",
+        "spec.irsa.bucketName: 'xn--abc' uses a prefix or suffix S3 reserves",
+        {"irsa": {"bucketName": "xn--abc"}},
+    ),
+    Case(
+        "external-needs-issuer",
+        "spec.irsa.issuerURL: is required when mode is External",
+        {"irsa": {"mode": "External", "oidcProviderARN": EXTERNAL["oidcProviderARN"]}},
+    ),
+    Case(
+        "issuer-only-external",
+        "spec.irsa.issuerURL: is only allowed when mode is External (mode is SelfHosted)",
+        {"irsa": {"issuerURL": "https://x.example.com"}},
+    ),
+    Case(
+        "bucket-only-selfhosted",
+        "spec.irsa.bucketName: is only allowed when mode is SelfHosted (mode is External)",
+        {"irsa": {**EXTERNAL, "bucketName": "abc"}},
+    ),
+    Case(
+        "cert-manager-mode",
+        "spec.irsa.podIdentityWebhook.certManager: must be one of 'Install' or 'Existing'",
+        {"irsa": {"podIdentityWebhook": {"certManager": "Maybe"}}},
+    ),
+    Case(
+        "sg-mode",
+        "spec.securityGroups.manage: must be one of 'Auto', 'Always' or 'Never'",
+        {"securityGroups": {"manage": "Sometimes"}},
+    ),
+    # --- the rules of function/accept.py ---
+    Case(
+        "bucket-name-binding",
+        "spec.irsa.bucketName: 'acme-irsa-demo' must end with '-1960e37ce9a93a17'",
+        {"irsa": {"bucketName": "acme-irsa-demo"}},
+    ),
+    Case(
+        "external-issuer-url",
+        "spec.irsa.issuerURL: 'http://oidc.example.com' must be an https:// URL",
+        {"irsa": {**EXTERNAL, "issuerURL": "http://oidc.example.com"}},
+    ),
+    Case(
+        "external-provider-arn",
+        "spec.irsa.oidcProviderARN: 'arn:aws:iam::111122223333:role/x' is not an IAM OIDC provider ARN",
+        {"irsa": {**EXTERNAL, "oidcProviderARN": "arn:aws:iam::111122223333:role/x"}},
+    ),
+    Case(
+        "external-other-issuer",
+        "spec.irsa.oidcProviderARN: names provider 'oidc.example.com'",
+        {
+            "irsa": {
+                **EXTERNAL,
+                "oidcProviderARN": "arn:aws:iam::111122223333:oidc-provider/oidc.example.com",
+            }
+        },
+    ),
+    Case(
+        "namespaced-other-namespace",
+        "spec.clusterNamespace: a namespaced ClusterPlugin can only use a Cluster in its own namespace 'team-a'",
+        {"clusterNamespace": "other"},
+    ),
+    Case(
+        "claim-other-namespace",
+        "spec.clusterNamespace: a claim can only use a Cluster in its own namespace 'platform'",
+        {"clusterNamespace": "other"},
+        example="calico-legacy-claim",
+    ),
+    Case(
+        "unclaimed-no-namespace",
+        "spec.clusterNamespace: is required for a cluster-scoped XClusterPlugin without a claim",
+        change=_pop("metadata", "labels"),
+        example="calico-legacy-claim",
+    ),
+    Case(
+        "cluster-namespace-not-dns",
+        "spec.clusterNamespace: 'Platform' is not a Kubernetes name",
+        {"clusterNamespace": "Platform"},
+        change=_pop("metadata", "labels"),
+        example="calico-legacy-claim",
+    ),
+    # --- the values each add-on owns (its declaration's owned_values) ---
+    Case(
+        "owned-ccm",
+        "spec.cloudProvider.aws.values.hostNetworking: is set by the function",
+        _values(("cloudProvider", "aws"), {"hostNetworking": False}),
+    ),
+    Case(
+        "owned-vpc-cni",
+        "spec.networking.amazonVPC.values.serviceAccount.name: is set by the function",
+        _values(("networking", "amazonVPC"), {"serviceAccount": {"name": "x"}}),
+    ),
+    Case(
+        "owned-calico",
+        "spec.networking.calico.values.installation.calicoNetwork.ipPools: is set by the function",
+        _values(("networking", "calico"), {"installation": {"calicoNetwork": {"ipPools": []}}}),
+    ),
+    Case(
+        "owned-ebs",
+        "spec.storage.ebs.values.controller.serviceAccount.name: is set by the function",
+        _values(("storage", "ebs"), {"controller": {"serviceAccount": {"name": "x"}}}),
+    ),
+    Case(
+        "owned-efs-not-object",
+        "spec.storage.efs.values.controller: must be an object: the function sets controller.serviceAccount.name under it",
+        _values(("storage", "efs"), {"controller": "x"}),
+    ),
+    Case(
+        "owned-lbc",
+        "spec.ingress.awsLoadBalancerController.values.clusterName: is set by the function",
+        _values(("ingress", "awsLoadBalancerController"), {"clusterName": "x"}),
+    ),
+    Case(
+        "owned-external-dns",
+        "spec.dns.externalDNS.values.txtOwnerId: is set by the function",
+        _values(("dns", "externalDNS"), {"txtOwnerId": "x"}, DNS),
+    ),
+    # --- several problems: every one is said ---
+    Case(
+        "several",
+        "spec.netkworking: unknown field (did you mean networking?)",
+        {"netkworking": {}, "stroage": {}},
+        also=("spec.stroage: unknown field (did you mean storage?)",),
+    ),
+    # --- the step input (function/spec.py StepInput) ---
+    Case(
+        "name-prefix",
+        "input.namePrefix: 'Acme' may hold only lower-case letters",
+        step_input={"namePrefix": "Acme"},
+        input_alone=True,
+    ),
+    Case(
+        "name-prefix-reserved",
+        "input.namePrefix: 'xn--' starts with a prefix S3 reserves",
+        step_input={"namePrefix": "xn--"},
+        input_alone=True,
+    ),
+    Case(
+        "name-prefix-long",
+        "input.namePrefix: String should have at most 20 characters",
+        step_input={"namePrefix": "a" * 21},
+        input_alone=True,
+    ),
+    Case(
+        "chart-repository",
+        "input.charts.ebs.repository: 'ftp://x' must be an https://, http:// or oci://",
+        step_input={"charts": {"ebs": {"repository": "ftp://x", "name": "a", "version": "1.0.0"}}},
+        input_alone=True,
+    ),
+    Case(
+        "chart-name",
+        "input.charts.ebs.name: String should have at least 1 character",
+        step_input={"charts": {"ebs": {"repository": "https://x", "name": "", "version": "1.0.0"}}},
+        input_alone=True,
+    ),
+    Case(
+        "input-chart-version",
+        "input.charts.ebs.version: 'x' is not a chart version",
+        step_input={"charts": {"ebs": {"repository": "https://x", "name": "a", "version": "x"}}},
+        input_alone=True,
+    ),
+    Case(
+        "ttl-duration",
+        "input.ttl.waiting: 'soon' is not a duration",
+        step_input={"ttl": {"waiting": "soon"}},
+        input_alone=True,
+    ),
+    Case(
+        "ttl-range",
+        "input.ttl.waiting: Input should be greater than or equal to 1",
+        step_input={"ttl": {"waiting": 0}},
+        input_alone=True,
+    ),
+    Case(
+        "ttl-order",
+        "input.ttl.waiting: must not be longer than ready (700s > 600s)",
+        step_input={"ttl": {"waiting": 700}},
+        input_alone=True,
+    ),
+    Case(
+        "provider-config-kind",
+        "input.awsProviderConfig.kind: Input should be 'ProviderConfig' or 'ClusterProviderConfig'",
+        step_input={"awsProviderConfig": {"kind": "Secret"}},
+        input_alone=True,
+    ),
+    Case(
+        "legacy-control-plane-kind",
+        "input.clusterAPI.legacyControlPlaneKind: Input should be 'KubeadmControlPlane' or 'AWSManagedControlPlane'",
+        step_input={"clusterAPI": {"legacyControlPlaneKind": "RKE2ControlPlane"}},
+        input_alone=True,
+    ),
+    Case(
+        "input-misspelled",
+        "input.namePrefx: unknown field (did you mean namePrefix?)",
+        step_input={"namePrefx": "a-"},
+        input_alone=True,
+    ),
+    Case(
+        "spec-and-input",
+        "spec.region: 'mars-1' is not an AWS region",
+        {"region": "mars-1"},
+        step_input={"namePrefix": "Acme"},
+        also=("input.namePrefix: 'Acme' may hold only",),
+    ),
+    # --- against the cluster (function/accept.py refuse, the add-ons' cluster_problem) ---
+    Case(
+        "protect-cluster-legacy",
+        "input.protectCluster: is only for namespaced ClusterPlugins",
+        step_input={"protectCluster": True},
+        example="calico-legacy-claim",
+    ),
+    Case(
+        "ccm-on-eks",
+        "spec.cloudProvider.aws: the control plane of payments/prod is EKS (AWSManagedControlPlane)",
+        {"cloudProvider": {"aws": {}}},
+        example="external-eks",
+    ),
+]
+
+
+def _fatal(case: Case) -> str:
+    """The function's own FATAL message for the case."""
+    out = render.render(
+        case.xr(),
+        required=files.load_documents([EXAMPLES / case.example / "required"]),
+        step_input=case.step_input,
+    )
+    assert out.fatal is not None, f"{case.id}: the function accepted it"
+    return out.fatal
+
+
+def _write(tmp_path: Path, case: Case) -> list[str]:
+    """The arguments every command takes: XR.yaml --required DIR [--input FILE]."""
+    xr = tmp_path / "xr.yaml"
+    xr.write_text(yaml.safe_dump(case.xr()))
+    args = [str(xr), "--required", str(EXAMPLES / case.example / "required")]
+    if case.step_input is not None:
+        step = tmp_path / "input.yaml"
+        step.write_text(
+            yaml.safe_dump(
+                {"apiVersion": "fn.clusterplugin.dev/v1alpha1", "kind": "Input", **case.step_input}
+            )
+        )
+        args += ["--input", str(step)]
+    return args
+
+
+def _run(*argv: str) -> Any:
+    return CliRunner().invoke(cli, list(argv), catch_exceptions=False)
+
+
+def test_the_cases_are_distinct() -> None:
+    assert len({c.id for c in CASES}) == len(CASES)
+    alone = [c for c in CASES if not c.also]
+    assert len({c.expected for c in alone}) == len(alone)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_function_refuses_naming_the_field(case: Case) -> None:
+    message = _fatal(case)
+    for expected in (case.expected, *case.also):
+        assert message.startswith(expected) or f"; {expected}" in message, message
+
+
+COMMANDS = {
+    "render": (["render"], 1),
+    "simulate": (["simulate", "-o", "text"], 1),
+    "issuer": (["issuer"], 2),
+    "aws-preflight": (["aws", "preflight"], 2),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_command_refuses_with_the_same_message(
+    tmp_path: Path, case: Case, command: str
+) -> None:
+    message = _fatal(case)
+    argv, exit_code = COMMANDS[command]
+    r = _run(*argv, *_write(tmp_path, case))
+    assert r.exit_code == exit_code, r.output
+    assert message in r.output
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.input_alone], ids=lambda c: c.id)
+def test_provider_policy_refuses_the_same_step_input(tmp_path: Path, case: Case) -> None:
+    message = _fatal(case)
+    args = _write(tmp_path, case)
+    r = _run("aws", "provider-policy", *args[args.index("--input") :])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+
+
+def test_provider_policy_judges_the_name_prefix_flag_as_the_input() -> None:
+    r = _run("aws", "provider-policy", "--name-prefix", "Acme")
+    assert r.exit_code == 2
+    assert "input.namePrefix: 'Acme' may hold only lower-case letters" in r.output
+    assert _run("aws", "provider-policy", "--name-prefix", "acme-").exit_code == 0
