@@ -1,0 +1,196 @@
+"""A new add-on is one module and one line (plus its place in the spec model).
+
+``tests/fixtures/addon_extension/fluent_bit.py`` is a throwaway add-on written
+only against the declarations (``function/graph.py``). This test copies the
+package, makes exactly the changes a new add-on needs, and plays an XR that asks
+for it in a separate interpreter:
+
+- the module, into ``function/addons/``;
+- one line in ``function/registry.py`` (and its import);
+- ``spec.logging.fluentBit`` and its chart default in ``function/spec.py`` (from
+  which ``make generate`` writes the XRDs, the Input CRD and the Compositions'
+  chart defaults).
+
+Then it checks that everything derived from the declarations picks it up: its
+nodes compose in order, gated on the CNI, the CCM and the webhook, and validate
+against the real CRDs; its Usages; ``status.roleARNs``; the owned values and
+"did you mean" refusals; ``aws preflight``'s role checks; the provider policy;
+the issuer's warning; the metrics' plugin label. Nothing else was edited.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube_schema import assert_valid
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "addon_extension" / "fluent_bit.py"
+
+# Its place in the spec model (single-quoted: it holds docstrings).
+SPEC_MODELS = '''
+
+class FluentBitSpec(AddonSpec):
+    """Fluent Bit (aws-for-fluent-bit chart) to CloudWatch Logs, IRSA role."""
+
+
+class LoggingSpec(_Strict):
+    """Log shipping."""
+
+    fluent_bit: FluentBitSpec | None = Field(default=None, alias="fluentBit")
+
+
+'''
+SPEC_FIELD = "    logging: LoggingSpec = Field(default_factory=LoggingSpec)\n\n"
+CHART_DEFAULT = """
+    fluent_bit: ChartSource = Field(
+        default=ChartSource(repository=EKS_CHARTS, name="aws-for-fluent-bit", version="0.1.35"),
+        alias="fluentBit",
+    )
+"""
+
+
+def _insert_before(text: str, anchor: str, insert: str) -> str:
+    at = text.index(anchor)
+    return text[:at] + insert + text[at:]
+
+
+def _extend(package: Path) -> list[str]:
+    """Make the changes a new add-on needs; return the files touched."""
+    shutil.copy(FIXTURE, package / "addons" / "fluent_bit.py")
+    registry = package / "registry.py"
+    text = registry.read_text()
+    text = text.replace(
+        "from function.addons import calico,",
+        "from function.addons import fluent_bit\nfrom function.addons import calico,",
+    )
+    text = _insert_before(text, "\n)\n", "\n    fluent_bit.ADDON,")
+    registry.write_text(text)
+    spec = package / "spec.py"
+    text = spec.read_text()
+    text = _insert_before(text, "\nclass ClusterPluginSpec(", SPEC_MODELS)
+    cls = text.index("\nclass ClusterPluginSpec(")
+    validator = text.index("    @field_validator", cls)
+    text = text[:validator] + SPEC_FIELD + text[validator:]
+    text = _insert_before(text, "\n\n\ndef _seconds(", CHART_DEFAULT.rstrip("\n"))
+    spec.write_text(text)
+    return ["function/addons/fluent_bit.py", "function/registry.py", "function/spec.py"]
+
+
+PROBE = Path(__file__).resolve().parent / "fixtures" / "addon_extension" / "probe.py"
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("extended")
+    shutil.copytree(
+        ROOT / "function", root / "function", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    touched = _extend(root / "function")
+    run = subprocess.run(
+        [sys.executable, str(PROBE), str(ROOT)],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    out: dict[str, Any] = json.loads(run.stdout)
+    out["touched"] = touched
+    return out
+
+
+def test_the_files_a_new_addon_needs(played: dict[str, Any]) -> None:
+    assert played["touched"] == [
+        "function/addons/fluent_bit.py",
+        "function/registry.py",
+        "function/spec.py",
+    ]
+    assert played["plugin_names"][-1] == "fluent-bit"
+
+
+def test_it_composes_after_what_it_waits_for_and_ends_ready(played: dict[str, Any]) -> None:
+    assert played["ready"]
+    assert played["deletions"] == []
+    first = {name: i for i, created in enumerate(played["order"]) for name in created}
+    assert first["fluent-bit-role"] > first["irsa-oidc-provider"]
+    assert first["fluent-bit-role-attachment"] > first["fluent-bit-role"]
+    for before in (
+        "cni-release",
+        "ccm-release",
+        "pod-identity-webhook-release",
+        "fluent-bit-role-attachment",
+    ):
+        assert first["fluent-bit-release"] > first[before], before
+
+
+def test_what_it_composes_validates_against_the_real_crds(played: dict[str, Any]) -> None:
+    objects = played["objects"]
+    ours = [n for n in objects if "fluent-bit" in n]
+    assert sorted(ours) == [
+        "fluent-bit-release",
+        "fluent-bit-role",
+        "fluent-bit-role-attachment",
+        "usage-fluent-bit-release-cni-release",
+        "usage-fluent-bit-release-fluent-bit-role",
+        "usage-fluent-bit-role-attachment-fluent-bit-role",
+        "usage-fluent-bit-role-irsa-oidc-provider",
+    ]
+    for name in ours:
+        assert_valid(objects[name])
+    release = objects["fluent-bit-release"]["spec"]["forProvider"]
+    assert release["namespace"] == "kube-system"
+    sa = release["values"]["serviceAccount"]
+    assert sa["name"] == "aws-for-fluent-bit"
+    assert (
+        sa["annotations"]["eks.amazonaws.com/role-arn"] == played["status"]["roleARNs"]["fluentBit"]
+    )
+    trust = json.loads(objects["fluent-bit-role"]["spec"]["forProvider"]["assumeRolePolicy"])
+    condition = trust["Statement"][0]["Condition"]["StringEquals"]
+    assert "system:serviceaccount:kube-system:aws-for-fluent-bit" in condition.values()
+    attachment = objects["fluent-bit-role-attachment"]["spec"]["forProvider"]
+    assert attachment["policyArn"] == "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
+
+
+def test_everything_derived_from_the_declarations_knows_it(played: dict[str, Any]) -> None:
+    assert played["roles"][-1] == {
+        "addon": "fluent-bit",
+        "namespace": "kube-system",
+        "service_account": "aws-for-fluent-bit",
+        "managed_policy": "policy/CloudWatchAgentServerPolicy",
+    }
+    assert played["owned"] == (
+        "spec.logging.fluentBit.values.serviceAccount.name: is set by the function and cannot "
+        "be overridden in values; remove it"
+    )
+    assert played["typo"] == "spec.logging.fluentBitt: unknown field (did you mean fluentBit?)"
+    assert "fluentBit" in played["warning"][0]
+    assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in played["attachable"]
+    assert any('phase="Ready"' in line for line in played["metrics"]), played["metrics"]
+    assert [tuple(u) for u in played["usages"]] == [
+        (
+            "fluent-bit-release",
+            "fluent-bit-role",
+            "Fluent Bit uses this role until it is uninstalled",
+        ),
+        (
+            "fluent-bit-release",
+            "cni-release",
+            "pods of Fluent Bit need the CNI until they are gone",
+        ),
+        (
+            "fluent-bit-role-attachment",
+            "fluent-bit-role",
+            "a role with attached policies cannot be deleted",
+        ),
+        ("fluent-bit-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+    ]
