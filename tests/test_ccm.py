@@ -1,4 +1,4 @@
-"""The AWS cloud controller manager (DESIGN section 8): order, image tag, status, refusals."""
+"""The AWS cloud controller manager (docs/architecture.md, "The cloud controller manager"): order, image tag, status, refusals."""
 
 from __future__ import annotations
 

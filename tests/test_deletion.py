@@ -1,4 +1,4 @@
-"""The cluster's own deletion (DESIGN section 9): orphan, keep, drop, start over; never hang."""
+"""The cluster's own deletion (docs/architecture.md, "The cluster's own deletion"): orphan, keep, drop, start over; never hang."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""external-dns (``spec.dns.externalDNS``, DESIGN section 10): zones, owner id, gates, FATALs.
+"""external-dns (``spec.dns.externalDNS``; docs/architecture.md, "external-dns"): zones, owner id, gates, FATALs.
 
 The scenarios of tests/scenarios.py (external-dns*) also put it through the shared guards:
 every composed resource against its CRD and the chart's values.schema.json
@@ -84,7 +84,7 @@ def with_dns(**dns: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def expected_policy(partition: str, zones: list[str]) -> dict[str, Any]:
-    """The identity policy, written out by hand from DESIGN section 10."""
+    """The identity policy, written out by hand from the design (docs/architecture.md, "external-dns")."""
     return {
         "Version": "2012-10-17",
         "Statement": [

@@ -12,7 +12,7 @@ converges to Ready once the faults stop. Reproduce one schedule with its seed:
 ``pytest tests/test_faults.py -k 'seed-17'`` or ``play(17)``.
 
 Deletion schedules (``play(seed, delete=True)``) also delete the CAPI cluster mid-way
-(DESIGN section 9), remove it some reconciles later, and bring a new one of the same
+(docs/architecture.md, "The cluster's own deletion"), remove it some reconciles later, and bring a new one of the same
 name back (sometimes before the function has let go of the old one). Held on top: while
 the cluster exists only removed plugins' nodes are deleted; once it is gone, everything
 composed is dropped within two reconciles, in one go; no Release is ever uninstalled

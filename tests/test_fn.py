@@ -416,7 +416,7 @@ def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> N
     got = run(req)
     assert set(got["desired"]["resources"]) == set(world.composed)
     # Carried over as observed: the spec is the one that was applied, with the orphan
-    # policy, since a cluster that cannot be read may be going away (DESIGN section 9).
+    # policy, since a cluster that cannot be read may be going away (docs/architecture.md, "The cluster's own deletion").
     release = got["desired"]["resources"]["ebs-release"]["resource"]
     spec = dict(release["spec"])
     assert spec.pop("managementPolicies") == ["Observe", "Create", "Update", "LateInitialize"]

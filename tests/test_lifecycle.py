@@ -1,4 +1,4 @@
-"""Play Crossplane over many reconciles: order of DESIGN section 4, no surprise deletions."""
+"""Play Crossplane over many reconciles: the order of docs/architecture.md, "The resource graph", no surprise deletions."""
 
 from __future__ import annotations
 

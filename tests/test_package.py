@@ -2,7 +2,7 @@
 
 Each folder is a package root for ``crossplane xpkg build --package-root=apis/<flavour>``:
 crossplane.yaml (``meta.pkg.crossplane.io/v1`` ``Configuration``), the flavour's XRD and its
-Composition. A user installs one of the two (DESIGN §1).
+Composition. A user installs one of the two (docs/architecture.md, "Names and flavours").
 
 What Crossplane does with a package root, read in its source (versions noted where the
 stored copy names them):
