@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
 		--required examples/selfhosted-full/required
+	@echo "The CLI is $(BIN)/function-cluster-plugin: '. $(BIN)/activate' puts it on PATH."
 
 lint: $(STAMP)
 	$(BIN)/ruff check function tests scripts benchmarks

@@ -33,7 +33,12 @@ from function.__version__ import __version__
 @click.group()
 @click.version_option(__version__, prog_name="function-cluster-plugin")
 def cli() -> None:
-    """Compose Cluster API add-ons on AWS (CNI, CSI, load balancer, IRSA) with Crossplane."""
+    """Compose Cluster API add-ons on AWS with Crossplane.
+
+    The cloud controller manager, a CNI (Amazon VPC CNI or Calico), the EBS and EFS CSI
+    drivers, the AWS Load Balancer Controller and external-dns, each with its own IAM role
+    through IRSA, installed in readiness order.
+    """
 
 
 DURATION_FORMAT = "seconds (90, 1.5) or a Go-style duration: 90s, 5m, 1m30s, 250ms, 1h"

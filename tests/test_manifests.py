@@ -998,3 +998,31 @@ def test_production_wiring_example() -> None:
     assert 60 <= opts.max_connection_age <= 30 * 60
     assert opts.max_connection_age_grace >= 10
     assert opts.keepalive_permit_without_calls and opts.keepalive_min_ping_interval <= 60
+
+
+def test_every_description_names_every_addon() -> None:
+    """--help, the packages, pyproject.toml and the README's opening say what is composed."""
+    import tomllib
+
+    from click.testing import CliRunner
+
+    from function.main import cli
+
+    def annotations(path: Path) -> str:
+        meta = yaml.safe_load(path.read_text())["metadata"]["annotations"]
+        return meta["meta.crossplane.io/description"] + meta["meta.crossplane.io/readme"]
+
+    texts = {
+        "--help": CliRunner().invoke(cli, ["--help"]).output,
+        "package/crossplane.yaml": annotations(PACKAGE / "crossplane.yaml"),
+        "apis/v1/crossplane.yaml": annotations(APIS / "v1" / "crossplane.yaml"),
+        "apis/v2/crossplane.yaml": annotations(APIS / "v2" / "crossplane.yaml"),
+        "pyproject.toml": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+            "description"
+        ],
+        "README.md": (ROOT / "README.md").read_text().split("\n## ")[0],
+    }
+    for where, text in texts.items():
+        words = " ".join(text.split()).lower()
+        for addon in ("cloud controller manager", "cni", "csi", "load balancer controller", "external-dns"):
+            assert addon in words, f"{where} does not name the {addon}"
