@@ -37,6 +37,64 @@ KINDS: dict[str, tuple[str, str]] = {
     "Usage": ("apiextensions.crossplane.io/v1beta1", "protection.crossplane.io/v1beta1"),
 }
 
+# The composite resource API both flavours serve (the XRDs in apis/).
+XR_GROUP = "clusterplugin.dev"
+XR_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class XRType:
+    """One flavour's composite resource type: what its XRD and Composition declare."""
+
+    namespaced: bool
+    kind: str
+    plural: str
+    # apiextensions.crossplane.io/v2 defines namespaced XRs; v1 the legacy cluster-scoped
+    # ones, which Crossplane v2 still serves as scope LegacyCluster.
+    xrd_api_version: str
+    # spec.scope of the XRD; None leaves it unset, because Crossplane 1.x does not know it.
+    scope: str | None
+    claim_kind: str | None = None
+    claim_plural: str | None = None
+    # XR spec fields this flavour does not have: a namespaced XR's Cluster is in its own
+    # namespace, so it cannot name another (spec.clusterNamespace).
+    omitted_spec_fields: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        """The XR's (and claim's) apiVersion."""
+        return f"{XR_GROUP}/{XR_VERSION}"
+
+    @property
+    def xrd_name(self) -> str:
+        """The XRD's (and its default Composition's) metadata.name."""
+        return f"{self.plural}.{XR_GROUP}"
+
+    @property
+    def scope_label(self) -> str:
+        """The value of the Composition's ``clusterplugin.dev/scope`` label."""
+        return "namespaced" if self.namespaced else "legacy-cluster"
+
+
+NAMESPACED_XR = XRType(
+    namespaced=True,
+    kind="ClusterPlugin",
+    plural="clusterplugins",
+    xrd_api_version="apiextensions.crossplane.io/v2",
+    scope="Namespaced",
+    omitted_spec_fields=("clusterNamespace",),
+)
+LEGACY_XR = XRType(
+    namespaced=False,
+    kind="XClusterPlugin",
+    plural="xclusterplugins",
+    xrd_api_version="apiextensions.crossplane.io/v1",
+    scope=None,
+    claim_kind="ClusterPlugin",
+    claim_plural="clusterplugins",
+)
+XR_TYPES = (NAMESPACED_XR, LEGACY_XR)
+
 EXTERNAL_NAME = "crossplane.io/external-name"
 # Everything but Delete: keep reconciling, and on deletion forget the release.
 ORPHAN_MANAGEMENT_POLICIES = ("Observe", "Create", "Update", "LateInitialize")
