@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm bench soak clean
+.PHONY: demo test lint types pytest helm bench soak generate clean
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -39,6 +39,12 @@ pytest: $(STAMP) $(HELM)
 	$(BIN)/python -m pytest
 
 test: lint types pytest
+
+# The XRDs (apis/v*/definition.yaml), the Input CRD (package/input/) and the Compositions'
+# step input, from the Pydantic models in function/spec.py (function/apigen.py). The tests
+# fail while a committed file differs from what this writes.
+generate: $(STAMP)
+	$(BIN)/python -m function.apigen
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.
