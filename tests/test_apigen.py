@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from function import apigen, deletion, plan
 from function.apigen import SchemaError
 from function.flavour import LEGACY_XR, NAMESPACED_XR, XR_TYPES
-from function.spec import ClusterPluginSpec, StepInput
+from function.spec import ClusterPluginSpec, IRSASpec, StepInput
 from function.xr_status import ClusterDeletionPhase, PluginPhase
 from tests.kube_schema import validate_with_schema
 
@@ -314,3 +314,50 @@ def test_omitting_a_field_the_model_lacks_is_refused() -> None:
 def test_owned_values_of_a_field_the_schema_lacks_are_refused() -> None:
     with pytest.raises(SchemaError, match=r"spec\.storage\.ebz\.values: no such field"):
         apigen.xrd(NAMESPACED_XR, owned={"spec.storage.ebz.values": (("a",),)})
+
+
+# ------------------------------------------------------------------------------------
+# a new block is a model-only change
+# ------------------------------------------------------------------------------------
+
+
+class _CloudFront(BaseModel):
+    distribution: Literal["Shared", "Managed"] = Field(
+        default="Shared", description="One distribution for many clusters, or one per cluster."
+    )
+    domain: str = Field(description="The issuer's host, e.g. oidc.example.com.")
+
+
+class _Hosting(BaseModel):
+    type: Literal["S3Public", "CloudFront"] = Field(
+        default="S3Public", description="Where the issuer's documents are served from."
+    )
+    cloud_front: _CloudFront | None = Field(
+        default=None, alias="cloudFront", description="CloudFront in front of a private bucket."
+    )
+
+
+class _IRSAWithHosting(IRSASpec):
+    hosting: _Hosting | None = Field(default=None, description="How the issuer is hosted.")
+
+
+class _SpecWithHosting(ClusterPluginSpec):
+    irsa: _IRSAWithHosting = Field(
+        default_factory=_IRSAWithHosting, description="IAM Roles for Service Accounts."
+    )
+
+
+def test_a_new_spec_block_needs_only_the_model() -> None:
+    xrd = apigen.xrd(NAMESPACED_XR, spec_model=_SpecWithHosting)
+    schema = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    irsa = schema["properties"]["spec"]["properties"]["irsa"]
+    hosting = irsa["properties"]["hosting"]
+    assert hosting["properties"]["type"]["enum"] == ["S3Public", "CloudFront"]
+    assert hosting["properties"]["cloudFront"]["required"] == ["domain"]
+    # The IRSA block's CEL rules come along with the class they belong to.
+    assert len(irsa["x-kubernetes-validations"]) == 4
+    cloud_front = {"type": "CloudFront", "cloudFront": {"domain": "oidc.example.com"}}
+    ok = {"clusterName": "demo", "irsa": {"hosting": cloud_front}}
+    assert validate_with_schema({"spec": ok}, schema) == []
+    no_domain = {"clusterName": "demo", "irsa": {"hosting": {"cloudFront": {}}}}
+    assert validate_with_schema({"spec": no_domain}, schema)
