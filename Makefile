@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm bench soak generate clean
+.PHONY: demo test lint types pytest helm bench soak generate clean test-debian image image-test
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -45,6 +45,21 @@ test: lint types pytest
 # fail while a committed file differs from what this writes.
 generate: $(STAMP)
 	$(BIN)/python -m function.apigen
+
+# The suite on a Debian release's own python3 (default: the image's, image.toml; 12 has
+# 3.11, the oldest requires-python admits), chrooted into a debootstrap root cached under
+# $${XDG_CACHE_HOME:-~/.cache}/function-cluster-plugin (root and debootstrap needed).
+test-debian:
+	$(PYTHON) -m scripts.debian_root make-test $(if $(DEBIAN_RELEASE),--release $(DEBIAN_RELEASE))
+
+# The function's image without a Docker engine: an OCI archive and image.json in
+# IMAGE_OUT (root, debootstrap). image-test unpacks it with umoci and runs it as its user.
+IMAGE_OUT ?= dist/image
+image:
+	$(PYTHON) -m scripts.build_image $(IMAGE_OUT)
+
+image-test: image $(STAMP)
+	IMAGE_DIR=$(IMAGE_OUT) $(BIN)/python -m pytest -p no:cacheprovider e2e/test_image.py
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.

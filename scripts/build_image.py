@@ -660,6 +660,8 @@ def build(
         lap("layer and archive")
         record = {
             "archive": archive.name,
+            "version": version,
+            "registry": registry,
             "reference": reference,
             "digests": digests,
             "sizes": {

@@ -21,12 +21,13 @@ the cache. All of this needs root, which CI and the developers' machines have.
 
 Usage::
 
-    python scripts/debian_root.py path --release 13 [PACKAGE...]   # make (or find) a root
-    python scripts/debian_root.py make-test --release 13 [-- MAKE ARGS]
+    python -m scripts.debian_root path [--release 13] [PACKAGE...]  # make (or find) a root
+    python -m scripts.debian_root make-test [--release 13] [-- MAKE ARGS]
 
-``make-test`` runs this checkout's ``make test`` (or the make arguments given) on that
-release's own ``python3``, with ``../shared`` beside the checkout as in CI; its venv is
-cached per release and per ``pyproject.toml``/``constraints.txt`` content.
+The release defaults to the image's (``image.toml``). ``make-test`` runs this checkout's
+``make test`` (or the make arguments given) on that release's own ``python3``, with
+``../shared`` beside the checkout as in CI; its venv is cached per release and per
+``pyproject.toml``/``constraints.txt`` content.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,15 +328,23 @@ def make_test(release: int, make_args: Sequence[str]) -> int:
     return run_in_root(root, argv, binds=binds, env=env, check=False).returncode
 
 
+def image_release() -> int:
+    """The Debian release the image ships (image.toml), the default of ``--release``."""
+    definition = tomllib.loads((REPO_ROOT / "image.toml").read_text())
+    return int(definition["debian"]["release"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``path`` or ``make-test``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     path = commands.add_parser("path", help="make (or find) a root and print its path")
-    path.add_argument("--release", type=int, required=True)
+    path.add_argument("--release", type=int, default=image_release())
     path.add_argument("packages", nargs="*", default=["python3"])
     test = commands.add_parser("make-test", help="run make test on the release's python3")
-    test.add_argument("--release", type=int, required=True)
+    test.add_argument(
+        "--release", type=int, default=image_release(), help="default: the image's (image.toml)"
+    )
     test.add_argument("make_args", nargs="*", help="make arguments (default: test)")
     args = parser.parse_args(argv)
     if args.command == "path":
