@@ -25,8 +25,10 @@ together). The steps, all from Debian's and PyPI's packages:
    time (``SOURCE_DATE_EPOCH``), owners root but the nonroot home, gzip without name or
    time; the config (entrypoint, user, exposed port, labels), manifest and index; and
    Docker's ``manifest.json`` beside them (as ``docker save`` writes since Docker 25), so
-   the one archive loads with skopeo/umoci (``oci-archive:``), ``docker load`` and
-   go-containerregistry's tarball reader.
+   the one archive is an OCI layout for skopeo and umoci (``oci-archive:``) and a
+   ``docker save`` archive for what reads those (skopeo's ``docker-archive:`` does; so
+   does go-containerregistry's tarball reader, behind ``crossplane xpkg build
+   --embed-runtime-image-tarball``).
 
 Output, in the folder given::
 
@@ -486,11 +488,12 @@ def _sha256(path: Path) -> str:
 
 
 def _gzip(source: Path, dest: Path) -> None:
-    # No file name and mtime 0 in the header: the same tar, the same bytes.
+    # No file name and mtime 0 in the header: the same tar, the same bytes. Level 6, as
+    # Docker and go-containerregistry use: level 9 took 3x as long for 0.5 % less.
     with (
         source.open("rb") as raw,
         dest.open("wb") as out,
-        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as packed,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=6) as packed,
     ):
         shutil.copyfileobj(raw, packed, 1 << 20)
 

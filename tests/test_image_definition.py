@@ -150,14 +150,21 @@ def test_the_dockerfile_says_what_image_toml_says(real):
     [
         # The release is the distroless runtime's too.
         ("ARG DEBIAN_RELEASE=13", "ARG DEBIAN_RELEASE=12", "[release] [runtime]"),
-        ("install --yes --no-install-recommends python3 python3-venv",
-         "install --yes --no-install-recommends python3 python3-venv curl", "[build-packages]"),
+        (
+            "install --yes --no-install-recommends python3 python3-venv",
+            "install --yes --no-install-recommends python3 python3-venv curl",
+            "[build-packages]",
+        ),
         ("RUN python3 -m venv /venv/fn", "RUN python3 -m venv /opt/venv", "[venv]"),
         ("COPY --from=build /venv/fn /venv/fn", "COPY --from=build /venv/fn /venv/other", "[venv]"),
         ("--no-compile --only-binary=:all:", "--no-compile", "[pip-install]"),
         ("-c /src/constraints.txt", "-c /src/other.txt", "[pip-install]"),
         ("uninstall --yes pip setuptools", "uninstall --yes pip", "[uninstall]"),
-        ("python3-debian${DEBIAN_RELEASE}:nonroot", "static-debian${DEBIAN_RELEASE}:nonroot", "[runtime]"),
+        (
+            "python3-debian${DEBIAN_RELEASE}:nonroot",
+            "static-debian${DEBIAN_RELEASE}:nonroot",
+            "[runtime]",
+        ),
         ("USER 65532:65532", "USER 65532", "[user]"),
         ("EXPOSE 9443", "EXPOSE 9443 8080", "[port]"),
         ('"serve"]', '"serve", "--debug"]', "[entrypoint]"),
@@ -283,7 +290,10 @@ def test_paths_resolve_through_merged_usr_and_docs_are_dropped(tmp_path):
     (tmp_path / "lib").symlink_to("usr/lib")
     (tmp_path / "lib64").symlink_to("/usr/lib64")
     resolve = build_image.resolve_inside
-    assert resolve(tmp_path, "/lib/x86_64-linux-gnu/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    assert (
+        resolve(tmp_path, "/lib/x86_64-linux-gnu/libc.so.6")
+        == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    )
     assert resolve(tmp_path, "/lib64/ld-linux-x86-64.so.2") == "/usr/lib64/ld-linux-x86-64.so.2"
     assert resolve(tmp_path, "/lib") == "/lib"  # the link itself is kept
     dropped = build_image.DROPPED
@@ -332,6 +342,7 @@ def test_layer_and_archive_are_reproducible_and_well_formed(tmp_path):
     assert members["tmp"].mode == 0o1777
 
     with tarfile.open(tmp_path / "a/image.tar") as archive:
+
         def blob(digest: str) -> bytes:
             handle = archive.extractfile(f"blobs/sha256/{digest.split(':')[1]}")
             assert handle is not None
