@@ -53,6 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # Codename and python3 minor of each Debian release this project builds on.
 RELEASES = {12: ("bookworm", "3.11"), 13: ("trixie", "3.13")}
+VENV_UNUSED_SECONDS = 24 * 3600
 # Packages make-test needs besides python3: the venv module and make.
 TEST_PACKAGES = ("python3", "python3-venv", "make")
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -288,6 +289,12 @@ def make_test(release: int, make_args: Sequence[str]) -> int:
         digest.update((REPO_ROOT / name).read_bytes())
     venv = cache_dir() / "test-venvs" / f"{codename(release)}-{digest.hexdigest()[:12]}"
     venv.mkdir(parents=True, exist_ok=True)
+    os.utime(venv)  # in use: kept by the pruning below
+    # A venv is half a gigabyte: one left by other pins goes once unused for a day (not at
+    # once: another checkout may be running its tests on it).
+    for other in venv.parent.glob(f"{codename(release)}-*"):
+        if other != venv and time.time() - other.stat().st_mtime > VENV_UNUSED_SECONDS:
+            shutil.rmtree(other, ignore_errors=True)
     pip_cache = cache_dir() / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
     # Fixed paths inside the root: the editable install in the cached venv points at
