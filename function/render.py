@@ -246,6 +246,17 @@ def render_xr(xr: dict[str, Any], rsp: fnv1.RunFunctionResponse) -> dict[str, An
             conditions, _condition(c.type, _STATUS.get(c.status, "Unknown"), c.reason, c.message)
         )
     status["conditions"] = conditions
+    # A legacy (cluster-scoped) XR records which conditions its claim copies
+    # (composite.Unstructured.SetClaimConditionTypes): kept, then extended in order.
+    if not meta.get("namespace"):
+        claim_types = list((xr.get("status") or {}).get("claimConditionTypes") or [])
+        for c in rsp.conditions:
+            if c.type in SYSTEM_CONDITIONS or c.target != fnv1.TARGET_COMPOSITE_AND_CLAIM:
+                continue
+            if c.type not in claim_types:
+                claim_types.append(c.type)
+        if claim_types:
+            status["claimConditionTypes"] = claim_types
     return out
 
 
