@@ -1,13 +1,15 @@
-# Two entry points for a fresh Debian machine with Python 3.11+:
+# Entry points for a fresh Debian machine with Python 3.11+:
 #   make demo   set up a venv and play a ClusterPlugin's whole lifecycle in memory
 #   make test   set up a venv and run lint, types and the test suite
+#   make e2e    also needs Go 1.26 and the Go module proxy: the same examples through
+#               Crossplane's own render and validator (README, Development)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm bench soak generate clean test-debian image image-test
+.PHONY: demo test lint types pytest helm e2e tools bench soak generate clean test-debian image image-test
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -22,7 +24,7 @@ demo: $(STAMP)
 		--required examples/selfhosted-full/required
 
 lint: $(STAMP)
-	$(BIN)/ruff check function tests scripts benchmarks
+	$(BIN)/ruff check function tests scripts benchmarks e2e
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -60,6 +62,16 @@ image:
 
 image-test: image $(STAMP)
 	IMAGE_DIR=$(IMAGE_OUT) $(BIN)/python -m pytest -p no:cacheprovider e2e/test_image.py
+
+# The upstream Go tools of e2e/tools.json, built from the Go module proxy into
+# ${XDG_CACHE_HOME:-~/.cache}/function-cluster-plugin/tools (kept across clones); only
+# what is missing is built. A tool that cannot be built stops the run with the reason.
+tools:
+	$(PYTHON) scripts/tools.py build
+
+# End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
+e2e: $(STAMP) tools
+	$(BIN)/python -m pytest e2e
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.
