@@ -184,7 +184,9 @@ def tool_dir(name: str, tool: dict[str, Any]) -> Path:
 def stamp_of(lock: dict[str, Any], name: str) -> str:
     """A hash of everything in the lock a tool's build depends on."""
     tool = lock["tools"][name]
-    entry = {"tool": tool, "module": lock["modules"][tool["scratch"]]}
+    # A note documents the choice of version; editing it rebuilds nothing.
+    build_inputs = {k: v for k, v in tool.items() if k != "note"}
+    entry = {"tool": build_inputs, "module": lock["modules"][tool["scratch"]]}
     return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
 
 
