@@ -23,7 +23,9 @@ version does (files named below, under ``github.com/crossplane/crossplane/v2`` o
   (WatchCircuitClosed) next to the function's conditions and ``Ready``
   (controller/apiextensions/composite/reconciler.go); the XR's
   ``spec.crossplane.resourceRefs`` (``spec.resourceRefs`` for a legacy XR) list every
-  composed resource and ``compositionRef`` names the Composition;
+  composed resource; with ``-x`` the XR's metadata and spec are the input's, the spec
+  with the XRD's defaults applied (the CLI's xrpkg.ApplyXRDDefaults, cli cmd/crossplane/
+  render/xr/cmd.go);
 - results are printed as the reconciler's events: ``severity`` Normal/Warning,
   ``reason`` the result's reason (ComposeResources when it has none) and the message
   prefixed ``Pipeline step "<step>": `` (composition_functions.go), plus one
