@@ -1,6 +1,10 @@
 # syntax=docker/dockerfile:1
 # (The syntax line enables RUN --mount, used below for BuildKit cache and bind mounts.)
 
+# What goes into the image is image.toml's (scripts/build_image.py builds the same
+# image without a Docker engine); tests/test_image_definition.py fails when this file
+# says otherwise: release, packages, venv, pip options, user, port, entrypoint, labels.
+
 # The one knob for the base-image pair. Both stages read it, so build and runtime
 # cannot drift apart: crossplane/function-template-python builds on Debian 13
 # (Python 3.13) but runs on distroless debian12 (Python 3.11), and that venv
@@ -71,6 +75,10 @@ RUN /venv/fn/bin/python3 -m pip uninstall --yes pip setuptools \
 FROM gcr.io/distroless/python3-debian${DEBIAN_RELEASE}:nonroot AS image
 WORKDIR /
 COPY --from=build /venv/fn /venv/fn
+# The build without Docker also sets version, revision, created and base name.
+LABEL org.opencontainers.image.title="function-cluster-plugin" \
+      org.opencontainers.image.description="Crossplane composition function: the cloud controller manager, CNI, CSI drivers, load balancer controller and external-dns, staged, with IRSA, for Cluster API clusters on AWS" \
+      org.opencontainers.image.licenses="Apache-2.0"
 # The SDK's default --address is 0.0.0.0:9443, which Crossplane dials.
 EXPOSE 9443
 # The numeric form of distroless' nonroot:nonroot. Kubernetes can only verify

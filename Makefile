@@ -1,13 +1,15 @@
-# Two entry points for a fresh Debian machine with Python 3.11+:
+# Entry points for a fresh Debian machine with Python 3.11+:
 #   make demo   set up a venv and play a ClusterPlugin's whole lifecycle in memory
 #   make test   set up a venv and run lint, types and the test suite
+#   make e2e    also needs Go 1.26 and the Go module proxy: the same examples through
+#               Crossplane's own render and validator (README, Development)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm bench soak clean
+.PHONY: demo test lint types pytest helm e2e tools bench soak generate clean test-debian image image-test
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -23,7 +25,7 @@ demo: $(STAMP)
 	@echo "The CLI is $(BIN)/function-cluster-plugin: '. $(BIN)/activate' puts it on PATH."
 
 lint: $(STAMP)
-	$(BIN)/ruff check function tests scripts benchmarks
+	$(BIN)/ruff check function tests scripts benchmarks e2e
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -40,6 +42,37 @@ pytest: $(STAMP) $(HELM)
 	$(BIN)/python -m pytest
 
 test: lint types pytest
+
+# The XRDs (apis/v*/definition.yaml), the Input CRD (package/input/) and the Compositions'
+# step input, from the Pydantic models in function/spec.py (function/apigen.py). The tests
+# fail while a committed file differs from what this writes.
+generate: $(STAMP)
+	$(BIN)/python -m function.apigen
+
+# The suite on a Debian release's own python3 (default: the image's, image.toml; 12 has
+# 3.11, the oldest requires-python admits), chrooted into a debootstrap root cached under
+# $${XDG_CACHE_HOME:-~/.cache}/function-cluster-plugin (root and debootstrap needed).
+test-debian:
+	$(PYTHON) -m scripts.debian_root make-test $(if $(DEBIAN_RELEASE),--release $(DEBIAN_RELEASE))
+
+# The function's image without a Docker engine: an OCI archive and image.json in
+# IMAGE_OUT (root, debootstrap). image-test unpacks it with umoci and runs it as its user.
+IMAGE_OUT ?= dist/image
+image:
+	$(PYTHON) -m scripts.build_image $(IMAGE_OUT)
+
+image-test: image $(STAMP)
+	IMAGE_DIR=$(IMAGE_OUT) $(BIN)/python -m pytest -p no:cacheprovider e2e/test_image.py
+
+# The upstream Go tools of e2e/tools.json, built from the Go module proxy into
+# ${XDG_CACHE_HOME:-~/.cache}/function-cluster-plugin/tools (kept across clones); only
+# what is missing is built. A tool that cannot be built stops the run with the reason.
+tools:
+	$(PYTHON) scripts/tools.py build
+
+# End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
+e2e: $(STAMP) tools
+	$(BIN)/python -m pytest e2e
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.

@@ -37,10 +37,63 @@ KINDS: dict[str, tuple[str, str]] = {
     "Usage": ("apiextensions.crossplane.io/v1beta1", "protection.crossplane.io/v1beta1"),
 }
 
-# The composite kinds: the legacy cluster-scoped XR (claimed as ClusterPlugin) and the
-# namespaced XR of Crossplane v2 (which has no claim).
-LEGACY_XR_KIND = "XClusterPlugin"
-NAMESPACED_XR_KIND = "ClusterPlugin"
+# The composite resource API both flavours serve (the XRDs in apis/).
+XR_GROUP = "clusterplugin.dev"
+XR_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class XRType:
+    """One flavour's composite resource type: what its XRD and Composition declare."""
+
+    namespaced: bool
+    kind: str
+    plural: str
+    # apiextensions.crossplane.io/v2 defines namespaced XRs; v1 the legacy cluster-scoped
+    # ones, which Crossplane v2 still serves as scope LegacyCluster.
+    xrd_api_version: str
+    # spec.scope of the XRD; None leaves it unset, because Crossplane 1.x does not know it.
+    scope: str | None
+    claim_kind: str | None = None
+    claim_plural: str | None = None
+    # XR spec fields this flavour does not have: a namespaced XR's Cluster is in its own
+    # namespace, so it cannot name another (spec.clusterNamespace).
+    omitted_spec_fields: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        """The XR's (and claim's) apiVersion."""
+        return f"{XR_GROUP}/{XR_VERSION}"
+
+    @property
+    def xrd_name(self) -> str:
+        """The XRD's (and its default Composition's) metadata.name."""
+        return f"{self.plural}.{XR_GROUP}"
+
+    @property
+    def scope_label(self) -> str:
+        """The value of the Composition's ``clusterplugin.dev/scope`` label."""
+        return "namespaced" if self.namespaced else "legacy-cluster"
+
+
+NAMESPACED_XR = XRType(
+    namespaced=True,
+    kind="ClusterPlugin",
+    plural="clusterplugins",
+    xrd_api_version="apiextensions.crossplane.io/v2",
+    scope="Namespaced",
+    omitted_spec_fields=("clusterNamespace",),
+)
+LEGACY_XR = XRType(
+    namespaced=False,
+    kind="XClusterPlugin",
+    plural="xclusterplugins",
+    xrd_api_version="apiextensions.crossplane.io/v1",
+    scope=None,
+    claim_kind="ClusterPlugin",
+    claim_plural="clusterplugins",
+)
+XR_TYPES = (NAMESPACED_XR, LEGACY_XR)
 
 EXTERNAL_NAME = "crossplane.io/external-name"
 # Everything but Delete: keep reconciling, and on deletion forget the release.
@@ -193,20 +246,20 @@ def composite_mismatch(xr: Mapping[str, Any], type_ref: Any) -> str | None:
     want, got = type_ref.get("kind"), xr.get("kind")
     if (want, type_ref.get("apiVersion")) == (got, xr.get("apiVersion")):
         return None
-    if (want, got) == (LEGACY_XR_KIND, NAMESPACED_XR_KIND):
+    if (want, got) == (LEGACY_XR.kind, NAMESPACED_XR.kind):
         return (
             f"the flavours differ: this is the legacy Composition (it composes the "
-            f"cluster-scoped {LEGACY_XR_KIND} of Crossplane 1.x or a v2 LegacyCluster XRD), but "
-            f"the XR is a {NAMESPACED_XR_KIND}: a namespaced XR of Crossplane v2, or a legacy "
-            f"claim. Render the {LEGACY_XR_KIND} Crossplane makes for a claim (labels "
+            f"cluster-scoped {LEGACY_XR.kind} of Crossplane 1.x or a v2 LegacyCluster XRD), but "
+            f"the XR is a {NAMESPACED_XR.kind}: a namespaced XR of Crossplane v2, or a legacy "
+            f"claim. Render the {LEGACY_XR.kind} Crossplane makes for a claim (labels "
             "crossplane.io/claim-name and crossplane.io/claim-namespace), or a namespaced "
             "ClusterPlugin with the namespaced Composition (apis/v2/composition.yaml)"
         )
-    if (want, got) == (NAMESPACED_XR_KIND, LEGACY_XR_KIND):
+    if (want, got) == (NAMESPACED_XR.kind, LEGACY_XR.kind):
         return (
             f"the flavours differ: this is the namespaced Composition (it composes the "
-            f"namespaced {NAMESPACED_XR_KIND} of Crossplane v2), but the XR is a legacy "
-            f"cluster-scoped {LEGACY_XR_KIND}: use the legacy Composition "
+            f"namespaced {NAMESPACED_XR.kind} of Crossplane v2), but the XR is a legacy "
+            f"cluster-scoped {LEGACY_XR.kind}: use the legacy Composition "
             "(apis/v1/composition.yaml)"
         )
     return (

@@ -173,13 +173,29 @@ def render_xr(xr: dict[str, Any], rsp: fnv1.RunFunctionResponse) -> dict[str, An
             conditions, _condition(c.type, _STATUS.get(c.status, "Unknown"), c.reason, c.message)
         )
     status["conditions"] = conditions
+    # A legacy (cluster-scoped) XR records which conditions its claim copies
+    # (composite.Unstructured.SetClaimConditionTypes): kept, then extended in order.
+    if not meta.get("namespace"):
+        claim_types = list((xr.get("status") or {}).get("claimConditionTypes") or [])
+        for c in rsp.conditions:
+            if c.type in SYSTEM_CONDITIONS or c.target != fnv1.TARGET_COMPOSITE_AND_CLAIM:
+                continue
+            if c.type not in claim_types:
+                claim_types.append(c.type)
+        if claim_types:
+            status["claimConditionTypes"] = claim_types
     return out
 
 
 def composed_metadata(
-    obj: dict[str, Any], xr: dict[str, Any], name: str, observed: dict[str, Any] | None
+    obj: dict[str, Any],
+    xr: dict[str, Any],
+    name: str,
+    observed: dict[str, Any] | None,
+    *,
+    crossplane_v1: bool = False,
 ) -> None:
-    """Add the metadata Crossplane sets on a composed resource (SetComposedResourceMetadata)."""
+    """Add the metadata Crossplane sets on a composed resource (RenderComposedResourceMetadata)."""
     meta = obj.setdefault("metadata", {})
     xr_meta = xr.get("metadata") or {}
     xr_labels = xr_meta.get("labels") or {}
@@ -191,7 +207,9 @@ def composed_metadata(
             else:
                 meta.pop(key, None)
     prefix = xr_labels.get(COMPOSITE_LABEL) or xr_meta.get("name", "")
-    if not meta.get("name") and not meta.get("generateName"):
+    # Crossplane 1.x sets generateName on every composed resource, named or not;
+    # v2 only on those without a name.
+    if crossplane_v1 or (not meta.get("name") and not meta.get("generateName")):
         meta["generateName"] = f"{prefix}-"
     if xr_meta.get("namespace"):
         meta["namespace"] = xr_meta["namespace"]
@@ -262,7 +280,13 @@ def render(
     for name in sorted(rsp.desired.resources):
         obj = go_numbers(resource.struct_to_dict(rsp.desired.resources[name].resource))
         seen = world.composed.get(name)
-        composed_metadata(obj, world.xr, name, seen.obj if seen is not None else None)
+        composed_metadata(
+            obj,
+            world.xr,
+            name,
+            seen.obj if seen is not None else None,
+            crossplane_v1=crossplane_v1,
+        )
         docs.append(obj)
     docs += result_documents(rsp, step)
     deleted = sorted(set(world.composed) - set(rsp.desired.resources))

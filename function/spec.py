@@ -2,8 +2,11 @@
 
 These models are the single source of the error messages a user sees for bad
 input: every validation error becomes one FATAL result naming the field
-(``spec.storage.ebs.values``) and what is allowed. The XRDs in ``apis/`` and the
-Input CRD in ``package/input/`` describe the same shapes for the API server.
+(``spec.storage.ebs.values``) and what is allowed. They are also the source of the
+XRDs in ``apis/`` and the Input CRD in ``package/input/`` (``make generate``,
+function/apigen.py): each field's description is what ``kubectl explain`` shows, and
+``json_schema_extra`` carries what only the API server needs (patterns of checks done
+here in validators, CEL rules).
 """
 
 from __future__ import annotations
@@ -66,6 +69,14 @@ HOSTED_ZONES_MAX = 50
 
 
 S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", "--x-s3", "--table-s3")
+
+
+def _cel_refuse_affixes(prefixes: tuple[str, ...], suffixes: tuple[str, ...] = ()) -> str:
+    """A CEL rule (for the generated schemas) refusing a string with one of these affixes."""
+    tests = [f"self.startsWith('{p}')" for p in prefixes]
+    tests += [f"self.endsWith('{s}')" for s in suffixes]
+    return f"!({' || '.join(tests)})"
 
 
 def s3_bucket_name_problem(name: str) -> str | None:
@@ -79,9 +90,7 @@ def s3_bucket_name_problem(name: str) -> str | None:
             f"{name!r} may hold only lower-case letters, digits and '-' (no dots), "
             "starting and ending with a letter or digit"
         )
-    if name.startswith(S3_RESERVED_PREFIXES) or name.endswith(
-        ("-s3alias", "--ol-s3", "--x-s3", "--table-s3")
-    ):
+    if name.startswith(S3_RESERVED_PREFIXES) or name.endswith(S3_RESERVED_SUFFIXES):
         return f"{name!r} uses a prefix or suffix S3 reserves"
     return None
 
@@ -134,8 +143,22 @@ def _check_version(v: str | None) -> str | None:
 class AddonSpec(_Strict):
     """Fields every add-on shares: a chart version override and extra values."""
 
-    version: str | None = None
-    values: HelmValues = Field(default_factory=dict)
+    version: str | None = Field(
+        default=None,
+        description=(
+            "Chart version to install instead of the Composition's default for this add-on "
+            "(its step input's charts entry), e.g. 1.22.4 or v3.32.1. Unset: that default."
+        ),
+        json_schema_extra={"pattern": CHART_VERSION.pattern},
+    )
+    values: HelmValues = Field(
+        default_factory=dict,
+        description=(
+            "Helm values merged over the ones the function computes, e.g. "
+            "{resources: {requests: {cpu: 50m}}}. A key the function sets itself cannot be "
+            "overridden: the ClusterPlugin is refused with an error naming it."
+        ),
+    )
 
     _version = field_validator("version")(_check_version)
 
@@ -155,8 +178,23 @@ class CalicoEncapsulation(StrEnum):
 class CalicoSpec(AddonSpec):
     """Calico through the tigera-operator chart (no IAM role)."""
 
-    encapsulation: CalicoEncapsulation = CalicoEncapsulation.IPIP
-    cidr: str | None = None
+    encapsulation: CalicoEncapsulation = Field(
+        default=CalicoEncapsulation.IPIP,
+        description=(
+            "Encapsulation of the default IP pool: IPIP or VXLAN between nodes, or None for a "
+            "flat network (every node in one subnet)."
+        ),
+    )
+    cidr: str | None = Field(
+        default=None,
+        description=(
+            "IPv4 pod CIDR of the default IP pool, e.g. 192.168.0.0/16. Unset: the Cluster's "
+            "spec.clusterNetwork.pods.cidrBlocks[0], or the KubeadmControlPlane's "
+            "networking.podSubnet. On Crossplane 1.x, which cannot read those for the "
+            "function, set it here."
+        ),
+        json_schema_extra={"pattern": CIDR_V4.pattern},
+    )
 
     @field_validator("cidr")
     @classmethod
@@ -170,8 +208,33 @@ class CalicoSpec(AddonSpec):
 class NetworkingSpec(_Strict):
     """At most one CNI."""
 
-    amazon_vpc: AmazonVPCSpec | None = Field(default=None, alias="amazonVPC")
-    calico: CalicoSpec | None = None
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.amazonVPC) && has(self.calico))",
+                    "message": "set at most one of amazonVPC and calico: a cluster runs one CNI",
+                }
+            ]
+        }
+    )
+
+    amazon_vpc: AmazonVPCSpec | None = Field(
+        default=None,
+        alias="amazonVPC",
+        description=(
+            "Install the Amazon VPC CNI (aws-vpc-cni chart, the step input's charts.vpcCni), "
+            "with an IRSA role holding AmazonEKS_CNI_Policy: pods get VPC addresses. "
+            "Example: amazonVPC: {}."
+        ),
+    )
+    calico: CalicoSpec | None = Field(
+        default=None,
+        description=(
+            "Install Calico through the tigera-operator chart (charts.calico, and its CRDs from "
+            "charts.calicoCrds); no IAM role. Example: calico: {encapsulation: VXLAN}."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_cni(self) -> NetworkingSpec:
@@ -184,13 +247,25 @@ class NetworkingSpec(_Strict):
 class EBSSpec(AddonSpec):
     """AWS EBS CSI driver."""
 
-    default_storage_class: bool = Field(default=False, alias="defaultStorageClass")
+    default_storage_class: bool = Field(
+        default=False,
+        alias="defaultStorageClass",
+        description="Create a gp3 StorageClass and mark it as the cluster's default.",
+    )
 
 
 class EFSSpec(AddonSpec):
     """AWS EFS CSI driver; a StorageClass is created when fileSystemId is given."""
 
-    file_system_id: str | None = Field(default=None, alias="fileSystemId")
+    file_system_id: str | None = Field(
+        default=None,
+        alias="fileSystemId",
+        description=(
+            "An existing EFS file system (fs- followed by hex digits, e.g. fs-0123456789abcdef0): "
+            "a StorageClass provisioning access points on it is created. Unset: no StorageClass."
+        ),
+        json_schema_extra={"pattern": FILE_SYSTEM_ID.pattern},
+    )
 
     @field_validator("file_system_id")
     @classmethod
@@ -204,8 +279,20 @@ class EFSSpec(AddonSpec):
 class StorageSpec(_Strict):
     """CSI drivers."""
 
-    ebs: EBSSpec | None = None
-    efs: EFSSpec | None = None
+    ebs: EBSSpec | None = Field(
+        default=None,
+        description=(
+            "Install the AWS EBS CSI driver (charts.ebs) with an IRSA role holding "
+            "AmazonEBSCSIDriverPolicy. Example: ebs: {defaultStorageClass: true}."
+        ),
+    )
+    efs: EFSSpec | None = Field(
+        default=None,
+        description=(
+            "Install the AWS EFS CSI driver (charts.efs) with an IRSA role holding "
+            "AmazonEFSCSIDriverPolicy. Example: efs: {fileSystemId: fs-0123456789abcdef0}."
+        ),
+    )
 
 
 class LBCSpec(AddonSpec):
@@ -216,7 +303,13 @@ class IngressSpec(_Strict):
     """Ingress controllers."""
 
     aws_load_balancer_controller: LBCSpec | None = Field(
-        default=None, alias="awsLoadBalancerController"
+        default=None,
+        alias="awsLoadBalancerController",
+        description=(
+            "Install the AWS Load Balancer Controller (charts.loadBalancerController) with an "
+            "IRSA role holding its upstream IAM policy: Services of type LoadBalancer and "
+            "Ingresses get NLBs and ALBs. Example: awsLoadBalancerController: {}."
+        ),
     )
 
 
@@ -227,7 +320,17 @@ class AWSCloudProviderSpec(AddonSpec):
 class CloudProviderSpec(_Strict):
     """The cloud controller manager a kubelet with ``cloud-provider: external`` waits for."""
 
-    aws: AWSCloudProviderSpec | None = None
+    aws: AWSCloudProviderSpec | None = Field(
+        default=None,
+        description=(
+            "Install the AWS cloud-controller-manager (charts.cloudControllerManager) once the "
+            "control plane is initialized, on the control-plane nodes' host network, before "
+            "every other add-on but the CNI. No IAM role: it uses the control-plane instance "
+            "profile. Its image tag follows the control plane's Kubernetes minor; "
+            "values.image.tag pins it instead. Refused on EKS, which runs its own. "
+            "Example: aws: {}."
+        ),
+    )
 
 
 class ExternalDNSPolicy(StrEnum):
@@ -272,8 +375,16 @@ def _domain_filter(v: str) -> str:
     return v
 
 
-HostedZoneID = Annotated[str, AfterValidator(_hosted_zone_id)]
-DomainFilter = Annotated[str, AfterValidator(_domain_filter)]
+HostedZoneID = Annotated[
+    str,
+    AfterValidator(_hosted_zone_id),
+    Field(json_schema_extra={"maxLength": 32, "pattern": HOSTED_ZONE_ID.pattern}),
+]
+DomainFilter = Annotated[
+    str,
+    AfterValidator(_domain_filter),
+    Field(json_schema_extra={"maxLength": DOMAIN_FILTER_MAX, "pattern": DOMAIN_FILTER.pattern}),
+]
 
 
 def _first_duplicate(items: list[str]) -> int | None:
@@ -288,14 +399,47 @@ def _first_duplicate(items: list[str]) -> int | None:
 class ExternalDNSSpec(AddonSpec):
     """external-dns (kubernetes-sigs chart), with an IRSA role for the listed hosted zones only."""
 
-    hosted_zone_ids: list[HostedZoneID] = Field(alias="hostedZoneIDs", max_length=HOSTED_ZONES_MAX)
-    domain_filters: list[DomainFilter] = Field(default_factory=list, alias="domainFilters")
-    policy: ExternalDNSPolicy = ExternalDNSPolicy.UPSERT_ONLY
-    zone_type: HostedZoneType | None = Field(default=None, alias="zoneType")
+    hosted_zone_ids: list[HostedZoneID] = Field(
+        alias="hostedZoneIDs",
+        max_length=HOSTED_ZONES_MAX,
+        description=(
+            "The Route 53 hosted zones external-dns may change, by id without /hostedzone/, "
+            f"e.g. [Z0123456789ABC]; 1 to {HOSTED_ZONES_MAX}, each once. The role may change "
+            "records in exactly these (ChangeResourceRecordSets, ListResourceRecordSets, "
+            "ListTagsForResources), and external-dns is limited to them (--zone-id-filter)."
+        ),
+        json_schema_extra={"minItems": 1, "x-kubernetes-list-type": "set"},
+    )
+    domain_filters: list[DomainFilter] = Field(
+        default_factory=list,
+        alias="domainFilters",
+        description=(
+            "Domains external-dns manages records for (--domain-filter), each once, e.g. "
+            "[example.com]; a leading dot (.example.com) means subdomains only. Empty: every "
+            "name in the listed zones."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    policy: ExternalDNSPolicy = Field(
+        default=ExternalDNSPolicy.UPSERT_ONLY,
+        description=(
+            "How records are synchronized (--policy): upsert-only never deletes, sync also "
+            "deletes the records it owns when their source goes away, create-only never updates."
+        ),
+    )
+    zone_type: HostedZoneType | None = Field(
+        default=None,
+        alias="zoneType",
+        description=(
+            "Whether the listed zones are public or private: external-dns then uses only zones "
+            "of that type (--aws-zone-type), and `aws preflight` fails a listed zone of the "
+            "other type. Unset: the zones may be of either type."
+        ),
+    )
 
     @model_validator(mode="after")
     def _lists_and_env(self) -> ExternalDNSSpec:
-        # "<field>: <message>" names the exact field (see _first_error).
+        # "<field>: <message>" names the exact field (see _problem).
         if not self.hosted_zone_ids:
             msg = (
                 "hostedZoneIDs: must list at least one hosted zone: the role may change records "
@@ -330,7 +474,19 @@ class ExternalDNSSpec(AddonSpec):
 class DNSSpec(_Strict):
     """DNS records for what the cluster exposes."""
 
-    external_dns: ExternalDNSSpec | None = Field(default=None, alias="externalDNS")
+    external_dns: ExternalDNSSpec | None = Field(
+        default=None,
+        alias="externalDNS",
+        description=(
+            "Install external-dns (charts.externalDNS) in kube-system, with an IRSA role that "
+            "may change records in the listed hosted zones only (no hostedzone/* grant), and a "
+            "TXT owner id derived from this ClusterPlugin's namespace and cluster, so that "
+            "clusters sharing a zone never take over each other's records. In values, extraArgs "
+            "must be the map form, and env entries are added after the function's "
+            "AWS_DEFAULT_REGION (AWS_REGION and AWS_DEFAULT_REGION are refused). "
+            "Example: externalDNS: {hostedZoneIDs: [Z0123456789ABC], domainFilters: [example.com]}."
+        ),
+    )
 
 
 class IRSAMode(StrEnum):
@@ -351,19 +507,108 @@ class CertManagerMode(StrEnum):
 class PodIdentityWebhookSpec(_Strict):
     """The amazon-eks-pod-identity-webhook (needed on non-EKS clusters)."""
 
-    install: bool = True
-    cert_manager: CertManagerMode = Field(default=CertManagerMode.INSTALL, alias="certManager")
+    install: bool = Field(
+        default=True,
+        description=(
+            "Install the webhook (charts.podIdentityWebhook), which injects the role's "
+            "credentials into pods; false if the cluster already runs one."
+        ),
+    )
+    cert_manager: CertManagerMode = Field(
+        default=CertManagerMode.INSTALL,
+        alias="certManager",
+        description=(
+            "Where the webhook's certificate issuer comes from: Install cert-manager "
+            "(charts.certManager), or use the cert-manager that is Existing in the cluster."
+        ),
+    )
 
 
 class IRSASpec(_Strict):
     """IAM Roles for Service Accounts."""
 
-    mode: IRSAMode = IRSAMode.SELF_HOSTED
-    bucket_name: str = Field(default="", alias="bucketName")
-    issuer_url: str = Field(default="", alias="issuerURL")
-    oidc_provider_arn: str = Field(default="", alias="oidcProviderARN")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.mode) || self.mode != 'External' || "
+                    "(has(self.issuerURL) && self.issuerURL != '')",
+                    "message": "issuerURL is required when mode is External",
+                },
+                {
+                    "rule": "!has(self.mode) || self.mode != 'External' || "
+                    "(has(self.oidcProviderARN) && self.oidcProviderARN != '')",
+                    "message": "oidcProviderARN is required when mode is External",
+                },
+                {
+                    "rule": "(has(self.mode) && self.mode == 'External') || "
+                    "((!has(self.issuerURL) || self.issuerURL == '') && "
+                    "(!has(self.oidcProviderARN) || self.oidcProviderARN == ''))",
+                    "message": (
+                        "issuerURL and oidcProviderARN are only allowed when mode is External"
+                    ),
+                },
+                {
+                    "rule": "!has(self.bucketName) || self.bucketName == '' || "
+                    "!has(self.mode) || self.mode == 'SelfHosted'",
+                    "message": "bucketName is only allowed when mode is SelfHosted",
+                },
+            ]
+        }
+    )
+
+    mode: IRSAMode = Field(
+        default=IRSAMode.SELF_HOSTED,
+        description=(
+            "Where the OIDC issuer comes from. SelfHosted: the function publishes the discovery "
+            "document and JWKS (from the Cluster's <cluster>-sa Secret) in an S3 bucket and "
+            "creates the IAM OIDC provider. External: an existing issuer (e.g. EKS), given by "
+            "issuerURL and oidcProviderARN. Disabled: no IRSA; add-ons use node credentials."
+        ),
+    )
+    bucket_name: str = Field(
+        default="",
+        alias="bucketName",
+        description=(
+            "SelfHosted only: the issuer's S3 bucket instead of the derived one, e.g. "
+            "acme-irsa-demo. 3 to 63 lower-case letters, digits and '-' (no dots: a dotted "
+            "bucket breaks the TLS certificate of the virtual-hosted issuer URL)."
+        ),
+        json_schema_extra={
+            "maxLength": 63,
+            "pattern": "^([a-z0-9][a-z0-9-]{1,61}[a-z0-9])?$",
+            "x-kubernetes-validations": [
+                {
+                    "rule": _cel_refuse_affixes(S3_RESERVED_PREFIXES, S3_RESERVED_SUFFIXES),
+                    "message": "bucketName uses a prefix or suffix S3 reserves",
+                }
+            ],
+        },
+    )
+    issuer_url: str = Field(
+        default="",
+        alias="issuerURL",
+        description=(
+            "External only (and required there): the service-account issuer URL, e.g. "
+            "https://oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE."
+        ),
+    )
+    oidc_provider_arn: str = Field(
+        default="",
+        alias="oidcProviderARN",
+        description=(
+            "External only (and required there): the ARN of the IAM OIDC provider for "
+            "issuerURL, e.g. arn:aws:iam::123456789012:oidc-provider/"
+            "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE."
+        ),
+    )
     pod_identity_webhook: PodIdentityWebhookSpec = Field(
-        default_factory=PodIdentityWebhookSpec, alias="podIdentityWebhook"
+        default_factory=PodIdentityWebhookSpec,
+        alias="podIdentityWebhook",
+        description=(
+            "The amazon-eks-pod-identity-webhook, which gives pods of an IRSA ServiceAccount "
+            "their role's credentials (EKS runs its own; other clusters need it)."
+        ),
     )
 
     @field_validator("bucket_name")
@@ -377,7 +622,7 @@ class IRSASpec(_Strict):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> IRSASpec:
-        # "<field>: <message>" names the exact field (see _first_error).
+        # "<field>: <message>" names the exact field (see _problem).
         external = self.mode is IRSAMode.EXTERNAL
         for name, value in (
             ("issuerURL", self.issuer_url),
@@ -406,7 +651,14 @@ class SecurityGroupMode(StrEnum):
 class SecurityGroupsSpec(_Strict):
     """Security-group handling."""
 
-    manage: SecurityGroupMode = SecurityGroupMode.AUTO
+    manage: SecurityGroupMode = Field(
+        default=SecurityGroupMode.AUTO,
+        description=(
+            "Auto: compose rules only onto security groups CAPA does not manage "
+            "(securityGroupOverrides) and report missing rules on CAPA-managed ones. "
+            "Always: compose rules regardless. Never: only report."
+        ),
+    )
 
 
 class ClusterPluginSpec(_Strict):
@@ -414,20 +666,74 @@ class ClusterPluginSpec(_Strict):
 
     # Crossplane's own machinery fields (compositionRef, resourceRefs...) are
     # dropped before validation, see parse_spec.
-    cluster_name: str = Field(alias="clusterName", min_length=1, max_length=63)
-    cluster_namespace: str | None = Field(default=None, alias="clusterNamespace")
-    region: str | None = None
-    networking: NetworkingSpec = Field(default_factory=NetworkingSpec)
-    storage: StorageSpec = Field(default_factory=StorageSpec)
-    ingress: IngressSpec = Field(default_factory=IngressSpec)
-    irsa: IRSASpec = Field(default_factory=IRSASpec)
+    cluster_name: str = Field(
+        alias="clusterName",
+        min_length=1,
+        max_length=63,
+        description=(
+            "Name of the Cluster API Cluster to install into, e.g. demo. It is looked up in this "
+            "ClusterPlugin's namespace; for a legacy XClusterPlugin, in its claim's namespace, "
+            "or in clusterNamespace when it has no claim."
+        ),
+        json_schema_extra={"pattern": DNS_LABEL.pattern},
+    )
+    cluster_namespace: str | None = Field(
+        default=None,
+        alias="clusterNamespace",
+        description=(
+            "Legacy cluster-scoped XClusterPlugin without a claim only: the namespace of the "
+            "Cluster, e.g. default. Leave it unset on claims: a claimed XR uses the claim's "
+            "namespace."
+        ),
+        json_schema_extra={"minLength": 1, "maxLength": 63, "pattern": DNS_LABEL.pattern},
+    )
+    region: str | None = Field(
+        default=None,
+        description=(
+            "AWS region of the cluster, e.g. us-east-1, cn-north-1 or us-gov-west-1. Unset: the "
+            "AWSCluster's (or AWSManagedControlPlane's) spec.region."
+        ),
+        json_schema_extra={"pattern": REGION.pattern},
+    )
+    networking: NetworkingSpec = Field(
+        default_factory=NetworkingSpec,
+        description="The CNI to install: at most one of amazonVPC and calico. Unset: none.",
+    )
+    storage: StorageSpec = Field(
+        default_factory=StorageSpec,
+        description="The CSI drivers to install: ebs, efs, both or neither.",
+    )
+    ingress: IngressSpec = Field(
+        default_factory=IngressSpec,
+        description="The ingress controller to install (awsLoadBalancerController).",
+    )
+    irsa: IRSASpec = Field(
+        default_factory=IRSASpec,
+        description=(
+            "IAM Roles for Service Accounts: where the OIDC issuer the add-ons' roles trust "
+            "comes from, and the webhook that hands pods their role's credentials."
+        ),
+    )
     security_groups: SecurityGroupsSpec = Field(
-        default_factory=SecurityGroupsSpec, alias="securityGroups"
+        default_factory=SecurityGroupsSpec,
+        alias="securityGroups",
+        description=(
+            "How the ports the add-ons need (e.g. Calico's VXLAN or BGP) are opened on the "
+            "cluster's security groups."
+        ),
     )
     cloud_provider: CloudProviderSpec = Field(
-        default_factory=CloudProviderSpec, alias="cloudProvider"
+        default_factory=CloudProviderSpec,
+        alias="cloudProvider",
+        description=(
+            "The cloud controller manager that nodes of a cluster with cloud-provider: external "
+            "wait for (CAPA's default template)."
+        ),
     )
-    dns: DNSSpec = Field(default_factory=DNSSpec)
+    dns: DNSSpec = Field(
+        default_factory=DNSSpec,
+        description="DNS records for what the cluster exposes (externalDNS).",
+    )
 
     @field_validator("cluster_name", "cluster_namespace")
     @classmethod
@@ -452,17 +758,37 @@ class ClusterPluginSpec(_Strict):
 class SecretRef(_Strict):
     """A reference to a Secret (registry credentials for a chart)."""
 
-    name: str = Field(min_length=1)
-    namespace: str | None = None
+    name: str = Field(min_length=1, description="Name of the Secret, e.g. registry-creds.")
+    namespace: str | None = Field(
+        default=None,
+        description=(
+            "Namespace of the Secret (legacy XRs only; namespaced XRs read it from their own "
+            "namespace)."
+        ),
+    )
 
 
 class ChartSource(_Strict):
     """Where a chart comes from. ``repository`` may be an https or oci:// URL."""
 
-    repository: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    version: str
-    pull_secret_ref: SecretRef | None = Field(default=None, alias="pullSecretRef")
+    repository: str = Field(
+        min_length=1,
+        description=(
+            "Chart repository URL: https://, http:// or oci://, e.g. "
+            "https://aws.github.io/eks-charts or oci://registry.example.com/charts (a mirror)."
+        ),
+        json_schema_extra={"pattern": "^(https?|oci)://.+"},
+    )
+    name: str = Field(min_length=1, description="Chart name, e.g. aws-vpc-cni.")
+    version: str = Field(
+        description="Chart version, e.g. 1.22.4 or v3.32.1.",
+        json_schema_extra={"pattern": CHART_VERSION.pattern},
+    )
+    pull_secret_ref: SecretRef | None = Field(
+        default=None,
+        alias="pullSecretRef",
+        description="A Secret with credentials for a private repository.",
+    )
 
     _version = field_validator("version")(_check_version)
 
@@ -485,41 +811,55 @@ class Charts(_Strict):
     vpc_cni: ChartSource = Field(
         default=ChartSource(repository=EKS_CHARTS, name="aws-vpc-cni", version="1.22.4"),
         alias="vpcCni",
+        description="The Amazon VPC CNI chart (spec.networking.amazonVPC).",
     )
     calico_crds: ChartSource = Field(
         default=ChartSource(
             repository=CALICO_CHARTS, name="crd.projectcalico.org.v1", version="v3.32.1"
         ),
         alias="calicoCrds",
+        description=(
+            "Calico's CRDs chart, installed before tigera-operator (spec.networking.calico)."
+        ),
     )
     calico: ChartSource = Field(
-        default=ChartSource(repository=CALICO_CHARTS, name="tigera-operator", version="v3.32.1")
+        default=ChartSource(repository=CALICO_CHARTS, name="tigera-operator", version="v3.32.1"),
+        description="The tigera-operator chart that installs Calico (spec.networking.calico).",
     )
     ebs: ChartSource = Field(
         default=ChartSource(
             repository="https://kubernetes-sigs.github.io/aws-ebs-csi-driver",
             name="aws-ebs-csi-driver",
             version="2.64.0",
-        )
+        ),
+        description="The AWS EBS CSI driver chart (spec.storage.ebs).",
     )
     efs: ChartSource = Field(
         default=ChartSource(
             repository="https://kubernetes-sigs.github.io/aws-efs-csi-driver",
             name="aws-efs-csi-driver",
             version="4.4.1",
-        )
+        ),
+        description="The AWS EFS CSI driver chart (spec.storage.efs).",
     )
     load_balancer_controller: ChartSource = Field(
         default=ChartSource(
             repository=EKS_CHARTS, name="aws-load-balancer-controller", version="3.5.0"
         ),
         alias="loadBalancerController",
+        description=(
+            "The AWS Load Balancer Controller chart (spec.ingress.awsLoadBalancerController)."
+        ),
     )
     cert_manager: ChartSource = Field(
         default=ChartSource(
             repository="https://charts.jetstack.io", name="cert-manager", version="v1.21.1"
         ),
         alias="certManager",
+        description=(
+            "The cert-manager chart, for the pod identity webhook's certificate "
+            "(spec.irsa.podIdentityWebhook.certManager: Install)."
+        ),
     )
     pod_identity_webhook: ChartSource = Field(
         default=ChartSource(
@@ -528,6 +868,7 @@ class Charts(_Strict):
             version="2.6.5",
         ),
         alias="podIdentityWebhook",
+        description="The amazon-eks-pod-identity-webhook chart (spec.irsa.podIdentityWebhook).",
     )
     cloud_controller_manager: ChartSource = Field(
         default=ChartSource(
@@ -536,6 +877,7 @@ class Charts(_Strict):
             version="0.0.11",
         ),
         alias="cloudControllerManager",
+        description="The AWS cloud-controller-manager chart (spec.cloudProvider.aws).",
     )
     external_dns: ChartSource = Field(
         default=ChartSource(
@@ -544,6 +886,7 @@ class Charts(_Strict):
             version="1.21.1",
         ),
         alias="externalDNS",
+        description="The external-dns chart (spec.dns.externalDNS).",
     )
 
 
@@ -559,14 +902,31 @@ def _seconds(v: Any) -> Any:
     return v
 
 
-Seconds = Annotated[int, BeforeValidator(_seconds), Field(ge=1, le=86400)]
+Seconds = Annotated[
+    int,
+    # Whole seconds, or a duration string: what _seconds takes, for the schemas.
+    BeforeValidator(_seconds, json_schema_input_type=int | str),
+    Field(ge=1, le=86400, json_schema_extra={"pattern": DURATION.pattern, "minLength": 1}),
+]
 
 
 class TTL(_Strict):
     """How soon Crossplane calls the function again."""
 
-    waiting: Seconds = 30
-    ready: Seconds = 600
+    waiting: Seconds = Field(
+        default=30,
+        description=(
+            "How soon Crossplane calls the function again while anything is still waiting: "
+            "whole seconds, or a duration such as 30s, 10m or 1h30m (at most 24h)."
+        ),
+    )
+    ready: Seconds = Field(
+        default=600,
+        description=(
+            "How soon Crossplane calls the function again once everything is ready, like "
+            "waiting; not shorter than waiting."
+        ),
+    )
 
     @model_validator(mode="after")
     def _order(self) -> TTL:
@@ -579,49 +939,123 @@ class TTL(_Strict):
 class ProviderConfigRef(_Strict):
     """A provider config reference for composed AWS resources."""
 
-    name: str = "default"
+    name: str = Field(
+        default="default",
+        description="Name of the AWS provider config (of the kind below).",
+        json_schema_extra={"minLength": 1},
+    )
     # Namespaced managed resources name the kind; legacy ones ignore it.
-    kind: Literal["ProviderConfig", "ClusterProviderConfig"] = "ClusterProviderConfig"
+    kind: Literal["ProviderConfig", "ClusterProviderConfig"] = Field(
+        default="ClusterProviderConfig",
+        description=(
+            "Its kind, for namespaced managed resources (Crossplane v2): a ProviderConfig in the "
+            "XR's namespace, or a cluster-wide ClusterProviderConfig. Legacy ones ignore it."
+        ),
+    )
 
 
 class ClusterAPIVersions(_Strict):
     """API versions used to ask Crossplane for the Cluster API objects."""
 
-    cluster: str = "cluster.x-k8s.io/v1beta2"
+    cluster: str = Field(
+        default="cluster.x-k8s.io/v1beta2",
+        description="apiVersion of Cluster API Clusters, e.g. cluster.x-k8s.io/v1beta1.",
+    )
     kubeadm_control_plane: str = Field(
-        default="controlplane.cluster.x-k8s.io/v1beta2", alias="kubeadmControlPlane"
+        default="controlplane.cluster.x-k8s.io/v1beta2",
+        alias="kubeadmControlPlane",
+        description="apiVersion of KubeadmControlPlanes.",
     )
     aws_managed_control_plane: str = Field(
-        default="controlplane.cluster.x-k8s.io/v1beta2", alias="awsManagedControlPlane"
+        default="controlplane.cluster.x-k8s.io/v1beta2",
+        alias="awsManagedControlPlane",
+        description="apiVersion of AWSManagedControlPlanes (EKS).",
     )
-    aws_cluster: str = Field(default="infrastructure.cluster.x-k8s.io/v1beta2", alias="awsCluster")
+    aws_cluster: str = Field(
+        default="infrastructure.cluster.x-k8s.io/v1beta2",
+        alias="awsCluster",
+        description="apiVersion of AWSClusters.",
+    )
     aws_managed_cluster: str = Field(
-        default="infrastructure.cluster.x-k8s.io/v1beta2", alias="awsManagedCluster"
+        default="infrastructure.cluster.x-k8s.io/v1beta2",
+        alias="awsManagedCluster",
+        description="apiVersion of AWSManagedClusters (EKS).",
     )
     # Crossplane 1.x selects by label only and does not know the Cluster's refs,
     # so it needs to be told which control-plane kind to list.
     legacy_control_plane_kind: Literal["KubeadmControlPlane", "AWSManagedControlPlane"] = Field(
-        default="KubeadmControlPlane", alias="legacyControlPlaneKind"
+        default="KubeadmControlPlane",
+        alias="legacyControlPlaneKind",
+        description=(
+            "The control-plane kind to list on Crossplane 1.x, whose label-only selectors "
+            "cannot follow the Cluster's controlPlaneRef: AWSManagedControlPlane for EKS."
+        ),
     )
 
 
 class StepInput(_Strict):
     """The function's step input (``fn.clusterplugin.dev/v1alpha1``, kind ``Input``)."""
 
-    api_version: str | None = Field(default=None, alias="apiVersion")
-    kind: str | None = None
-    metadata: dict[str, Any] | None = None
-    name_prefix: str = Field(default="", alias="namePrefix", max_length=20)
-    charts: Charts = Field(default_factory=Charts)
-    ttl: TTL = Field(default_factory=TTL)
-    aws_provider_config: ProviderConfigRef = Field(
-        default_factory=ProviderConfigRef, alias="awsProviderConfig"
+    api_version: str | None = Field(
+        default=None, alias="apiVersion", description="fn.clusterplugin.dev/v1alpha1."
     )
-    cluster_api: ClusterAPIVersions = Field(default_factory=ClusterAPIVersions, alias="clusterAPI")
+    kind: str | None = Field(default=None, description="Input.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Ignored: the input is not stored as an object."
+    )
+    name_prefix: str = Field(
+        default="",
+        alias="namePrefix",
+        max_length=20,
+        description=(
+            "Prefix of the derived AWS names (S3 bucket, IAM roles and policies), to make them "
+            "unique to your organisation, e.g. acme-: lower-case letters, digits and '-', at "
+            "most 20 characters, not a prefix S3 reserves."
+        ),
+        json_schema_extra={
+            "pattern": "^([a-z0-9][a-z0-9-]*)?$",
+            "x-kubernetes-validations": [
+                {
+                    "rule": _cel_refuse_affixes(S3_RESERVED_PREFIXES),
+                    "message": "namePrefix starts with a prefix S3 reserves",
+                }
+            ],
+        },
+    )
+    charts: Charts = Field(
+        default_factory=Charts,
+        description=(
+            "Where each add-on's chart comes from; the defaults are the versions this release "
+            "was tested with. An XR's spec.<add-on>.version overrides the version."
+        ),
+    )
+    ttl: TTL = Field(
+        default_factory=TTL,
+        description="How soon Crossplane calls the function again.",
+    )
+    aws_provider_config: ProviderConfigRef = Field(
+        default_factory=ProviderConfigRef,
+        alias="awsProviderConfig",
+        description="The provider config of the composed AWS managed resources.",
+    )
+    cluster_api: ClusterAPIVersions = Field(
+        default_factory=ClusterAPIVersions,
+        alias="clusterAPI",
+        description="The API versions used to ask Crossplane for the Cluster API objects.",
+    )
     # Namespaced XRs: a Usage of the CAPI Cluster by the helm ProviderConfig, so that
     # deleting the Cluster first waits until the add-ons are uninstalled (docs/architecture.md,
     # "The cluster's own deletion").
-    protect_cluster: bool = Field(default=False, alias="protectCluster")
+    protect_cluster: bool = Field(
+        default=False,
+        alias="protectCluster",
+        description=(
+            "Namespaced ClusterPlugins only: make deleting the CAPI Cluster wait until the "
+            "add-ons are uninstalled from it (a Usage of the Cluster by the helm "
+            "ProviderConfig). Crossplane then also needs get, update, patch and delete on CAPI "
+            "Clusters (apis/rbac/clusterrole-protect-cluster.yaml)."
+        ),
+    )
 
     @field_validator("name_prefix")
     @classmethod

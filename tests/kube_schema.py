@@ -1197,3 +1197,29 @@ def assert_valid(obj: dict) -> None:
         )
         kind = obj.get("kind") if isinstance(obj, dict) else "?"
         raise AssertionError(f"{kind} {name} is invalid:\n  " + "\n  ".join(errors))
+
+
+APIS = Path(__file__).resolve().parent.parent / "apis"
+
+
+@cache
+def _xrd_schemas() -> dict[str, dict]:
+    """Our XRDs' openAPIV3Schema (apis/*/definition.yaml), by XR and claim kind."""
+    schemas: dict[str, dict] = {}
+    for path in sorted(APIS.glob("*/definition.yaml")):
+        xrd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        (version,) = xrd["spec"]["versions"]
+        for names in (xrd["spec"]["names"], xrd["spec"].get("claimNames")):
+            if names:
+                schemas[names["kind"]] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def xr_status_errors(kind: str, status: dict) -> list[str]:
+    """Problems of an XR's ``status`` against our XRD of ``kind``.
+
+    Crossplane's own ``conditions`` are left out: its XRD machinery adds them to the CRD.
+    A key the XRD does not name is an error here (the API server would prune it).
+    """
+    ours = {k: v for k, v in status.items() if k != "conditions"}
+    return validate_with_schema({"status": ours}, _xrd_schemas()[kind])

@@ -63,6 +63,7 @@ def test_cluster_first_orphan_keep_then_drop_without_uninstall(scenario: Scenari
     # Crossplane 1.x never reads the Cluster: it sees the deletion one reconcile later.
     seen_at = first if not world.crossplane_v1 else second
     assert _record(world) == {"name": world.xr["spec"]["clusterName"], "uid": uid, "phase": "Deleting"}
+    assert kube_schema.xr_status_errors(world.xr["kind"], world.xr["status"]) == []
     rsp = seen_at.response
     for name, r in rsp.desired.resources.items():
         if r.resource.fields["kind"].string_value == "Release":
@@ -102,6 +103,7 @@ def test_cluster_first_orphan_keep_then_drop_without_uninstall(scenario: Scenari
     assert {n for _, n in world.deletions} == composed
     assert world.uninstalls == [] and world.hung == []
     assert _record(world)["phase"] == "Deleted"
+    assert kube_schema.xr_status_errors(world.xr["kind"], world.xr["status"]) == []
     cond = _condition(world, "PluginsReady")
     assert (cond["status"], cond["reason"]) == ("False", "ClusterDeleted")
     assert world.xr["status"]["plugins"] == [] and world.xr["status"]["roleARNs"] == {}

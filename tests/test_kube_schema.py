@@ -672,3 +672,19 @@ def test_vendored_chart_packages_match_their_checksums():
     for name in packages:
         digest = hashlib.sha256((ks.CHART_DIR / name).read_bytes()).hexdigest()
         assert digest == recorded[name], f"{name} was modified"
+
+
+def test_xr_status_guard_fails_on_what_the_xrd_would_prune_or_refuse() -> None:
+    status = {
+        "issuerURL": "https://x",
+        "roleARNs": {"ebs": "arn:aws:iam::1:role/a"},
+        "plugins": [{"name": "ebs-csi", "phase": "Ready"}],
+        "clusterDeletion": {"name": "demo", "uid": "u", "phase": "Gone"},
+        "conditions": [{"type": "Ready", "status": "True"}],  # Crossplane's, not ours
+    }
+    for kind in ("ClusterPlugin", "XClusterPlugin"):
+        assert ks.xr_status_errors(kind, status) == []
+        unknown_role = {**status, "roleARNs": {"cilium": "arn:aws:iam::1:role/c"}}
+        assert ks.xr_status_errors(kind, unknown_role)
+        bad_phase = {**status, "plugins": [{"name": "ebs-csi", "phase": "Done"}]}
+        assert ks.xr_status_errors(kind, bad_phase)

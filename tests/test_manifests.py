@@ -763,6 +763,7 @@ INPUT_CASES: list[tuple[str, dict[str, Any]]] = [
     ("prefix", {"namePrefix": "acme-"}),
     ("bad prefix", {"namePrefix": "Acme"}),
     ("long prefix", {"namePrefix": "a" * 21}),
+    ("prefix S3 reserves", {"namePrefix": "sthree-acme"}),
     (
         "oci chart",
         {

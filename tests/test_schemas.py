@@ -1,5 +1,6 @@
 """Every composed resource of every scenario validates against its real CRD (CEL included),
-and every Helm values object against its chart's values.schema.json where the chart has one.
+every Helm values object against its chart's values.schema.json where the chart has one, and
+every status the function writes against our XRD's status schema.
 
 This is the project's main guard: a field the provider would reject, a CEL rule
 broken, a values key a strict chart refuses, all fail here.
@@ -11,7 +12,13 @@ import pytest
 from crossplane.function import resource
 
 from tests.helm import UNVENDORED
-from tests.kube_schema import has_values_schema, validate, validate_values, vendored_charts
+from tests.kube_schema import (
+    has_values_schema,
+    validate,
+    validate_values,
+    vendored_charts,
+    xr_status_errors,
+)
 from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, staged_control_plane
 
 COUNTS: dict[str, int] = {}
@@ -25,6 +32,9 @@ def test_every_composed_resource_validates(scenario: Scenario) -> None:
     errors: list[str] = []
     for rec in world.run(16, before=staged_control_plane()):
         assert rec.fatal is None, rec.fatal
+        # The status the function writes, as the XRD's status schema has it (not pruned).
+        status = resource.struct_to_dict(rec.response.desired.composite.resource)["status"]
+        errors += [f"step {rec.step} status: {e}" for e in xr_status_errors(world.xr["kind"], status)]
         for name, r in rec.response.desired.resources.items():
             body = resource.struct_to_dict(r.resource)
             kinds.add(f"{body['apiVersion']}/{body['kind']}")

@@ -159,9 +159,11 @@ def serve(
         srv = Server(proc, address, log_path, tls, health_address, metrics_address, list(args))
         try:
             wait_port(host, port, proc, log_path)
-            if health_address:
-                h, p = health_address.rsplit(":", 1)
-                wait_port(h, int(p), proc, log_path)
+            # The function's port is bound before the other listeners start: wait for each.
+            for listener in (health_address, metrics_address):
+                if listener:
+                    h, p = listener.rsplit(":", 1)
+                    wait_port(h, int(p), proc, log_path)
             yield srv
         finally:
             if proc.poll() is None:

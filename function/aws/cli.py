@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from function.flavour import LEGACY_XR_KIND, NAMESPACED_XR_KIND
+from function.flavour import XR_TYPES
 from function.names import PARTITIONS
 
 if TYPE_CHECKING:
     from function.aws.preflight import Report
 
-XR_KINDS = (NAMESPACED_XR_KIND, LEGACY_XR_KIND)
+XR_KINDS = tuple(t.kind for t in XR_TYPES)
 # boto3 is the [aws] extra; make demo and make test install it into .venv/.
 AWS_EXTRA_HINT = "install the aws extra from the checkout: pip install -e '.[aws]'"
 

@@ -1,0 +1,64 @@
+"""Fixtures of the end-to-end tests: upstream tools built from the Go module proxy, the function served.
+
+A tool that cannot be built fails the test that needs it, with the reason: the run never
+skips and never falls back to anything but the pinned build (scripts/tools.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.strategies import serve
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "scripts" / "tools.py"
+
+
+def _tools(command: str, name: str) -> Path:
+    done = subprocess.run(
+        [sys.executable, str(TOOLS), command, name], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"scripts/tools.py {command} {name} failed:\n{done.stderr}", pytrace=False)
+    return Path(done.stdout.strip())
+
+
+def tool_path(name: str) -> Path:
+    """The executable of a pinned tool, built into the cache if missing; fails the test if it can't be."""
+    return _tools("path", name)
+
+
+def tool_source(name: str) -> Path:
+    """The directory of a pinned tool's module (Crossplane's CRDs ship there)."""
+    return _tools("source", name)
+
+
+@pytest.fixture(scope="session")
+def crossplane() -> Path:
+    """The Crossplane CLI (github.com/crossplane/cli)."""
+    return tool_path("crossplane")
+
+
+@pytest.fixture(scope="session")
+def crossplane_core() -> Path:
+    """Crossplane core: `crossplane render --crossplane-binary` runs its `internal render`."""
+    return tool_path("crossplane-core")
+
+
+@pytest.fixture(scope="session")
+def crank_1() -> Path:
+    """The Crossplane 1.x CLI (cmd/crank of github.com/crossplane/crossplane v1.20)."""
+    return tool_path("crank-1")
+
+
+@pytest.fixture(scope="session")
+def function_address() -> Iterator[str]:
+    """`function-cluster-plugin serve --insecure` on loopback, as the Development runtime dials it."""
+    with serve("--insecure") as served:
+        yield served.address
+        assert served.alive(), f"the function server died:\n{served.log()}"

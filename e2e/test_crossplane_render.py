@@ -1,0 +1,78 @@
+"""Crossplane's own render of every example agrees with the project's render (issue: real Crossplane).
+
+For every XR example of both flavours, at the first reconcile and at a late one (the
+observed composed resources of tests/fixtures/observed, which the project's simulator
+writes: tests/test_render.py UPDATE_OBSERVED), ``crossplane render`` with core's real
+reconcile calls the served function; its composed resources, XR status, conditions and
+results must be what the project's render says, plus exactly what Crossplane documents
+adding (e2e/crossplane_render.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e import crossplane_render as xp
+from function import files, render
+
+STAGES = [False, True]
+CASES = [xp.Inputs(name, late) for name in xp.xr_examples() for late in STAGES]
+
+
+def test_every_example_is_covered() -> None:
+    # Every example directory is an XR example except production/, which holds the
+    # Function's production wiring and no XR: nothing to render.
+    dirs = sorted(p.name for p in xp.EXAMPLES.iterdir() if p.is_dir())
+    assert set(dirs) - set(xp.xr_examples()) == {"production"}
+    kinds = {d["kind"] for d in files.load_documents([xp.EXAMPLES / "production"])}
+    assert "Function" in kinds
+    assert not kinds & {"ClusterPlugin", "XClusterPlugin"}
+    # Both flavours, and every example has the simulator's late observed state.
+    assert {c.legacy for c in CASES} == {True, False}
+    for name in xp.xr_examples():
+        assert (xp.OBSERVED / name).is_dir() and (xp.OBSERVED / f"{name}.xr.yaml").is_file()
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_crossplane_render_agrees_with_ours(
+    case: xp.Inputs,
+    tmp_path: Path,
+    crossplane: Path,
+    crossplane_core: Path,
+    function_address: str,
+) -> None:
+    inputs = xp.served_composition(case, tmp_path)
+    done = xp.crossplane_render(crossplane, crossplane_core, function_address, inputs)
+    assert done.returncode == 0, done.stderr
+    ours = our_render(inputs)
+    step, _ = files.step_from_composition(files.load_documents([inputs.composition]))
+    assert xp.compare(xp.documents(done.stdout), ours, inputs, step) == []
+
+
+def our_render(inputs: xp.Inputs) -> render.Rendered:
+    out = xp.our_render(inputs)
+    assert out.fatal is None, out.fatal
+    assert out.deleted == [], "our render would delete an observed resource"
+    return out
+
+
+def test_a_fatal_result_stops_crossplane_render_with_our_message(
+    tmp_path: Path, crossplane: Path, crossplane_core: Path, function_address: str
+) -> None:
+    inputs = xp.Inputs("selfhosted-full", late=False)
+    xr = yaml.safe_load(inputs.xr.read_text())
+    xr["spec"]["networking"]["calico"] = {}  # two CNIs: the function refuses with a FATAL
+    bad = tmp_path / "xr.yaml"
+    bad.write_text(yaml.safe_dump(xr))
+    done = xp.crossplane_render(crossplane, crossplane_core, function_address, inputs, xr=bad)
+    assert done.returncode != 0
+    fatal = render.render(
+        xr,
+        required=files.load_documents([inputs.required]),
+        step_input=files.step_from_composition(files.load_documents([inputs.composition]))[1],
+    ).fatal
+    assert fatal and "spec.networking" in fatal
+    assert fatal in done.stderr, done.stderr

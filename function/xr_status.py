@@ -1,0 +1,124 @@
+"""The status the function writes on a ClusterPlugin, as Pydantic models.
+
+The source of the XRDs' status schema (``make generate``, function/apigen.py): a key the
+schema does not name would be pruned by the API server. The function itself writes
+plain dicts (function/plan.py, function/deletion.py) and never imports this module; the
+tests check every status it writes in every scenario against the generated schema.
+Crossplane adds ``status.conditions`` (and, for legacy XRs, the claim's fields) itself.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PluginPhase(StrEnum):
+    """Where one add-on stands."""
+
+    PENDING = "Pending"
+    INSTALLING = "Installing"
+    READY = "Ready"
+    BLOCKED = "Blocked"
+
+
+class PluginEntry(_Status):
+    """One entry of ``status.plugins``."""
+
+    name: str | None = Field(
+        default=None, description="The add-on, e.g. vpc-cni, calico, ebs-csi or external-dns."
+    )
+    phase: PluginPhase | None = Field(
+        default=None,
+        description=(
+            "Pending: waiting for something before its resources are composed. Installing: "
+            "composed, not yet ready. Ready. Blocked: cannot go on until someone acts "
+            "(message says what to do)."
+        ),
+    )
+    waiting_for: str | None = Field(
+        default=None,
+        alias="waitingFor",
+        description="What it waits for, e.g. irsa-oidc-provider ARN or AWSCluster.",
+    )
+    message: str | None = Field(default=None, description="Details for a person.")
+
+
+class RoleARNs(_Status):
+    """``status.roleARNs``: the IAM role of each add-on that has one."""
+
+    vpc_cni: str | None = Field(
+        default=None, alias="vpcCni", description="The Amazon VPC CNI's role."
+    )
+    ebs: str | None = Field(default=None, description="The EBS CSI driver's role.")
+    efs: str | None = Field(default=None, description="The EFS CSI driver's role.")
+    load_balancer_controller: str | None = Field(
+        default=None,
+        alias="loadBalancerController",
+        description="The AWS Load Balancer Controller's role.",
+    )
+    external_dns: str | None = Field(
+        default=None, alias="externalDNS", description="external-dns's role."
+    )
+
+
+class ClusterDeletionPhase(StrEnum):
+    """How far the deletion of the CAPI cluster got, as this ClusterPlugin saw it."""
+
+    DELETING = "Deleting"
+    GONE = "Gone"
+    DELETED = "Deleted"
+
+
+class ClusterDeletion(_Status):
+    """``status.clusterDeletion``."""
+
+    name: str | None = Field(default=None, description="The Cluster's name.")
+    uid: str | None = Field(default=None, description="The Cluster's uid.")
+    phase: ClusterDeletionPhase | None = Field(
+        default=None,
+        description=(
+            "Deleting: the Cluster is being deleted; the Releases are orphaned (no helm "
+            "uninstall) and the AWS resources kept. Gone: the Cluster is no longer found. "
+            "Deleted: everything composed is dropped, the Releases without an uninstall."
+        ),
+    )
+
+
+class ClusterPluginStatus(_Status):
+    """What the function writes in a ClusterPlugin's status."""
+
+    issuer_url: str | None = Field(
+        default=None,
+        alias="issuerURL",
+        description=(
+            "The cluster's service-account issuer URL, to give the API server as "
+            "--service-account-issuer (SelfHosted: the S3 bucket's)."
+        ),
+    )
+    oidc_provider_arn: str | None = Field(
+        default=None,
+        alias="oidcProviderARN",
+        description="The IAM OIDC provider the add-ons' roles trust.",
+    )
+    role_arns: RoleARNs | None = Field(
+        default=None,
+        alias="roleARNs",
+        description="The IAM role of each add-on that has one, once it exists.",
+    )
+    cluster_deletion: ClusterDeletion | None = Field(
+        default=None,
+        alias="clusterDeletion",
+        description=(
+            "The deletion of the CAPI cluster this ClusterPlugin saw, and how far it got "
+            "(kept across calls: it is the function's only memory)."
+        ),
+    )
+    plugins: list[PluginEntry] | None = Field(
+        default=None, description="Each wanted add-on and where it stands."
+    )
