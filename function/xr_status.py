@@ -10,8 +10,11 @@ Crossplane adds ``status.conditions`` (and, for legacy XRs, the claim's fields) 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from function import registry
 
 
 class _Status(BaseModel):
@@ -49,22 +52,24 @@ class PluginEntry(_Status):
     message: str | None = Field(default=None, description="Details for a person.")
 
 
-class RoleARNs(_Status):
-    """``status.roleARNs``: the IAM role of each add-on that has one."""
+def _role_arns() -> type[_Status]:
+    """``status.roleARNs``: one key per add-on role, as the add-ons declare them."""
+    fields: dict[str, Any] = {}
+    for addon in registry.WITH_ROLES:
+        assert addon.role is not None  # noqa: S101  # WITH_ROLES holds add-ons with a role
+        title = addon.title
+        whose = title[0].upper() + title[1:] if title.startswith("the ") else title
+        fields[addon.role.status_key] = (
+            str | None,
+            Field(default=None, description=f"{whose}'s role."),
+        )
+    return create_model("RoleARNs", __base__=_Status, __doc__=_role_arns.__doc__, **fields)
 
-    vpc_cni: str | None = Field(
-        default=None, alias="vpcCni", description="The Amazon VPC CNI's role."
-    )
-    ebs: str | None = Field(default=None, description="The EBS CSI driver's role.")
-    efs: str | None = Field(default=None, description="The EFS CSI driver's role.")
-    load_balancer_controller: str | None = Field(
-        default=None,
-        alias="loadBalancerController",
-        description="The AWS Load Balancer Controller's role.",
-    )
-    external_dns: str | None = Field(
-        default=None, alias="externalDNS", description="external-dns's role."
-    )
+
+if TYPE_CHECKING:
+    RoleARNs = _Status
+else:
+    RoleARNs = _role_arns()
 
 
 class ClusterDeletionPhase(StrEnum):
