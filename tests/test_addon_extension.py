@@ -7,9 +7,9 @@ for it in a separate interpreter:
 
 - the module, into ``function/addons/``;
 - one line in ``function/registry.py`` (and its import);
-- ``spec.logging.fluentBit`` and its chart default in ``function/spec.py`` (from
-  which ``make generate`` writes the XRDs, the Input CRD and the Compositions'
-  chart defaults).
+- ``spec.logging.fluentBit`` and its chart default in ``function/spec.py``;
+- then ``make generate`` (``function/apigen.py``) writes the XRDs, the Input CRD
+  and the Compositions' chart defaults from the models and the declarations.
 
 Then it checks that everything derived from the declarations picks it up: its
 nodes compose in order, gated on the CNI, the CCM and the webhook, and validate
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.kube_schema import assert_valid
 
@@ -44,15 +45,25 @@ class FluentBitSpec(AddonSpec):
 class LoggingSpec(_Strict):
     """Log shipping."""
 
-    fluent_bit: FluentBitSpec | None = Field(default=None, alias="fluentBit")
+    fluent_bit: FluentBitSpec | None = Field(
+        default=None,
+        alias="fluentBit",
+        description="Install Fluent Bit (charts.fluentBit) with an IRSA role for CloudWatch.",
+    )
 
 
 '''
-SPEC_FIELD = "    logging: LoggingSpec = Field(default_factory=LoggingSpec)\n\n"
+SPEC_FIELD = """\
+    logging: LoggingSpec = Field(
+        default_factory=LoggingSpec, description="Log shipping (fluentBit)."
+    )
+
+"""
 CHART_DEFAULT = """
     fluent_bit: ChartSource = Field(
         default=ChartSource(repository=EKS_CHARTS, name="aws-for-fluent-bit", version="0.1.35"),
         alias="fluentBit",
+        description="The aws-for-fluent-bit chart (spec.logging.fluentBit).",
     )
 """
 
@@ -94,10 +105,11 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ROOT / "function", root / "function", ignore=shutil.ignore_patterns("__pycache__")
     )
     touched = _extend(root / "function")
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
     run = subprocess.run(
         [sys.executable, str(PROBE), str(ROOT)],
         cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -106,6 +118,21 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert run.returncode == 0, run.stderr
     out: dict[str, Any] = json.loads(run.stdout)
     out["touched"] = touched
+    generate = subprocess.run(
+        [sys.executable, "-m", "function.apigen", "--root", str(root)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert generate.returncode == 0, generate.stderr
+    out["generated"] = sorted(
+        str(p.relative_to(root)) for p in root.rglob("*.yaml") if "function" not in p.parts
+    )
+    out["xrd"] = yaml.safe_load((root / "apis" / "v2" / "definition.yaml").read_text())
+    out["composition"] = yaml.safe_load((root / "apis" / "v2" / "composition.yaml").read_text())
     return out
 
 
@@ -116,6 +143,24 @@ def test_the_files_a_new_addon_needs(played: dict[str, Any]) -> None:
         "function/spec.py",
     ]
     assert played["plugin_names"][-1] == "fluent-bit"
+    # What make generate writes from them; nothing else is edited by hand.
+    assert played["generated"] == [
+        "apis/v1/composition.yaml",
+        "apis/v1/definition.yaml",
+        "apis/v2/composition.yaml",
+        "apis/v2/definition.yaml",
+        "package/input/fn.clusterplugin.dev_inputs.yaml",
+    ]
+
+
+def test_make_generate_puts_it_in_the_api(played: dict[str, Any]) -> None:
+    schema = played["xrd"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    fluent_bit = schema["spec"]["properties"]["logging"]["properties"]["fluentBit"]
+    assert "serviceAccount.name" in fluent_bit["properties"]["values"]["description"]
+    roles = schema["status"]["properties"]["roleARNs"]["properties"]
+    assert roles["fluentBit"]["description"] == "Fluent Bit's role."
+    (step,) = played["composition"]["spec"]["pipeline"]
+    assert step["input"]["charts"]["fluentBit"]["name"] == "aws-for-fluent-bit"
 
 
 def test_it_composes_after_what_it_waits_for_and_ends_ready(played: dict[str, Any]) -> None:
