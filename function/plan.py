@@ -323,8 +323,11 @@ def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> di
             arn = ctx.observed.arn(p.role_node)
             if arn:
                 roles[p.role_key] = arn
-    # Always written, so a removed plugin's ARN disappears with it.
-    status["roleARNs"] = roles
+    # Left out when empty: Crossplane applies the XR status with server-side apply, which
+    # turns an empty map it owned entries of into null, and the XRD's object type refuses
+    # null (the XR would stay unsynced). Not applying the field removes it the same way.
+    if roles:
+        status["roleARNs"] = roles
     status["plugins"] = [s.as_dict() for s in statuses]
     return status
 
@@ -419,7 +422,7 @@ def _deleted_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessme
     uid = assessment.record.uid if assessment.record is not None else ""
     gone = f"Cluster {name}{f' (uid {uid})' if uid else ''} was deleted"
     plan = Plan(held_back=True)
-    plan.status = {"roleARNs": {}, "plugins": []}
+    plan.status = {"plugins": []}
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
