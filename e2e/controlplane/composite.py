@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -145,6 +144,3 @@ class Composite:
         """The cluster's objects as the API server holds them (what the function reads)."""
         return self.capi.read()
 
-
-def example_dir(example: str) -> Path:
-    return ROOT / "examples" / example

@@ -109,12 +109,10 @@ class Providers:
 
     def start(self) -> None:
         for api_version, kind in self.kinds:
-            if kind in {"ProviderConfig", "Usage"}:
-                # No provider reports on them: a ProviderConfig counts as it exists, a Usage
-                # is Crossplane's own (its usage controller is running).
-                thread = threading.Thread(target=self._watch, args=(api_version, kind, False), daemon=True)
-            else:
-                thread = threading.Thread(target=self._watch, args=(api_version, kind, True), daemon=True)
+            # No provider reports on a ProviderConfig (it counts as it exists) nor on a
+            # Usage (Crossplane's own usage controller runs): they are only watched.
+            manage = kind not in {"ProviderConfig", "Usage"}
+            thread = threading.Thread(target=self._watch, args=(api_version, kind, manage), daemon=True)
             thread.start()
             self._threads.append(thread)
 
