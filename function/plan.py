@@ -42,6 +42,8 @@ CLUSTER_DELETING, CLUSTER_DELETED = "ClusterDeleting", "ClusterDeleted"
 
 PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for a in ADDONS)
 STATUS_WRITERS = tuple(a.status for a in ADDONS if a.status is not None)
+# A Usage's composition-resource-name -> (by, of).
+USAGE_ENDS: dict[str, tuple[str, str]] = {f"usage-{u.by}-{u.of}": (u.by, u.of) for u in USAGES}
 
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
@@ -224,6 +226,40 @@ def _usages(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
             plan.resources.append(DesiredResource(name, ready=True, carried=ctx.observed.get(name)))
 
 
+def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
+    """Withdraw what is no longer wanted one layer per reconcile, in Usage order.
+
+    Crossplane deletes the composed resources a function stops emitting in no particular
+    order, stops at the first deletion its usage webhook refuses, and strips the composite
+    label from each first, so a Usage it deletes that way no longer waits for its user
+    (Crossplane v2.4, DeletingComposedResourceGarbageCollector and the usage controller).
+    Withdrawing a used resource together with its Usages therefore ends in refused
+    deletions, retries and no guaranteed order. So a resource that is no longer wanted is
+    carried over unchanged while any Usage of it is observed, and a Usage is carried over
+    while its user is itself being withdrawn and still observed: users go first, then
+    their Usages, then what they used.
+    """
+    observed = ctx.observed
+    names = observed.names()
+    used = {USAGE_ENDS[n][1] for n in names if n in USAGE_ENDS}
+    carry = [n for n in names if n not in wanted and n in used]
+    for name in names:
+        ends = USAGE_ENDS.get(name)
+        if ends is None or name in wanted:
+            continue
+        by, of = ends
+        if of not in wanted and by not in wanted and observed.exists(by):
+            carry.append(name)
+    for name in carry:
+        carried = observed.get(name)
+        if carried is not None and ctx.flavour.orphan_releases and _is_release(carried):
+            carried = ctx.flavour.orphaned_copy(carried)
+        readiness = Readiness.ALWAYS if name in USAGE_ENDS else Readiness.CONDITION
+        plan.resources.append(
+            DesiredResource(name, observed.ready(name, readiness), carried=carried)
+        )
+
+
 def _summary(plugins: list[PluginStatus]) -> ConditionOut:
     if not plugins:
         return ConditionOut("PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons")
@@ -253,8 +289,11 @@ def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> di
             arn = ctx.observed.arn(p.role.node)
             if arn:
                 roles[p.role.status_key] = arn
-    # Always written, so a removed plugin's ARN disappears with it.
-    status["roleARNs"] = roles
+    # Left out when empty: Crossplane applies the XR status with server-side apply, which
+    # turns an empty map it owned entries of into null, and the XRD's object type refuses
+    # null (the XR would stay unsynced). Not applying the field removes it the same way.
+    if roles:
+        status["roleARNs"] = roles
     status["plugins"] = [s.as_dict() for s in statuses]
     return status
 
@@ -351,7 +390,7 @@ def _deleted_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessme
     uid = assessment.record.uid if assessment.record is not None else ""
     gone = f"Cluster {name}{f' (uid {uid})' if uid else ''} was deleted"
     plan = Plan(held_back=True)
-    plan.status = {"roleARNs": {}, "plugins": []}
+    plan.status = {"plugins": []}
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
@@ -417,6 +456,7 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
         plan.held_back = plan.held_back or bool(held)
         plan.plugins.append(_plugin_status(ctx, plugin, held, emit.emitted))
     _usages(ctx, plan, wanted)
+    _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources})
     _protect_cluster(ctx, plan, hold_new)
 
     sg = security_groups.report(ctx, emit.emitted)

@@ -149,17 +149,20 @@ def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool
         ]
         return
     status.setdefault("initialization", {})["controlPlaneInitialized"] = initialized
+    # v1beta2 conditions are metav1.Conditions: the real CRD requires reason and message.
     status["conditions"] = [
         {
             "type": "Initialized",
             "status": str(initialized),
             "reason": "Initialized" if initialized else "NotInitialized",
+            "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z",
         },
         {
             "type": "Available",
             "status": str(available),
             "reason": "Available" if available else "NotAvailable",
+            "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z",
         },
     ]

@@ -56,7 +56,7 @@ def test_no_plugins_whole_response() -> None:
         "context": {},
         "desired": {
             "composite": {
-                "resource": {"status": {"roleARNs": {}, "plugins": []}},
+                "resource": {"status": {"plugins": []}},
             },
             "resources": {
                 "helm-provider-config": {

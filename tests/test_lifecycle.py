@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from function.plan import USAGE_ENDS
 from function.world import World
 from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, by_name, staged_control_plane
 
@@ -176,14 +177,21 @@ def test_removing_a_plugin_deletes_exactly_its_nodes() -> None:
     before_names = set(world.composed)
     del world.xr["spec"]["storage"]["efs"]
     rec = world.reconcile()
-    removed = set(rec.deleted)
-    efs_nodes = {"efs-role", "efs-role-attachment", "efs-release"}
-    efs_usages = {n for n in before_names if n.startswith("usage-") and "efs" in n}
-    assert removed == efs_nodes | efs_usages
     assert "efs" not in world.xr["status"]["roleARNs"]
     assert "efs-csi" not in {p["name"] for p in world.xr["status"]["plugins"]}
-    world.run(5)
-    assert world.deletions == [(rec.step, n) for n in sorted(removed)]
+    recs = [rec, *world.run(5)]
+    deleted_at = {n: r.step for r in recs for n in r.deleted}
+    efs_nodes = {"efs-role", "efs-role-attachment", "efs-release"}
+    efs_usages = {n for n in before_names if n.startswith("usage-") and "efs" in n}
+    assert set(deleted_at) == efs_nodes | efs_usages
+    # In Usage order, one layer per reconcile: a Usage of a removed resource goes after
+    # its user and before the resource (Crossplane refuses to delete a used resource).
+    for usage in efs_usages:
+        by, of = USAGE_ENDS[usage]
+        if of in deleted_at:
+            assert deleted_at[by] <= deleted_at[usage] < deleted_at[of], usage
+    assert deleted_at["efs-release"] == rec.step
+    assert world.deletions == sorted((s, n) for n, s in deleted_at.items())
     assert world.xr_ready
 
 
@@ -202,12 +210,17 @@ def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
     world = by_name("selfhosted-full").world(staged=False)
     world.run(15)
     del world.xr["spec"]["networking"]
-    rec = world.reconcile()
-    assert "cni-release" in rec.deleted
+    first, second = world.run(2)
+    # The usages that pointed at the CNI go first, so its deletion is never refused.
+    assert {n for n in first.deleted if "cni-release" in n} == {
+        n for n in first.deleted if n.startswith("usage-") and n.endswith("-cni-release")
+    }
+    assert "cni-release" in second.deleted
+    later = [n for r in world.run(3) for n in r.deleted]
     assert not any(
-        n in rec.deleted for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
+        n in first.deleted + second.deleted + later
+        for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
     )
-    # The usages that pointed at the CNI go with it, so its deletion is not blocked forever.
     assert all("cni-release" not in n for n in world.composed)
 
 

@@ -1,0 +1,154 @@
+"""What the tests assert about the real system, shared by both flavours."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from crossplane.function import resource
+
+from e2e.controlplane import model
+from e2e.controlplane.composite import Composite, condition_status, conditions
+from function.world import World
+
+STATUS_FIELDS = ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion")
+CROSSPLANE_CONDITIONS = {"Ready", "Synced", "Responsive"}
+
+
+def world_for(
+    composite: Composite,
+    *,
+    xr: dict[str, Any] | None = None,
+    required: list[dict[str, Any]] | None = None,
+    observed: dict[str, dict[str, Any]] | None = None,
+) -> World:
+    """Our World on the composite's real inputs (or the ones given)."""
+    if xr is None:
+        xr = composite.xr()
+        assert xr is not None, "the XR is not there"
+    return model.world(xr, composite.required() if required is None else required, composite.composition, observed)
+
+
+def subset_differences(want: Any, got: Any, path: str = "") -> list[str]:
+    """Where ``got`` does not hold what ``want`` holds (extra keys in ``got`` are fine)."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [f"{path}: want an object, got {got!r}"]
+        out = []
+        for k, v in want.items():
+            if k not in got:
+                out.append(f"{path}.{k}: missing (want {v!r})")
+            else:
+                out += subset_differences(v, got[k], f"{path}.{k}")
+        return out
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return [f"{path}: want {want!r}, got {got!r}"]
+        return [d for i, (w, g) in enumerate(zip(want, got, strict=True)) for d in subset_differences(w, g, f"{path}[{i}]")]
+    if want != got:
+        return [f"{path}: want {want!r}, got {got!r}"]
+    return []
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    return names.get(value, value) if isinstance(value, str) else value
+
+
+def assert_converged_like_the_world(composite: Composite) -> None:
+    """The XR is Ready and Synced; the composed set, every composed body the function asked
+    for, the XR status and the function's conditions equal what our World reaches from the
+    same XR spec and cluster objects."""
+    xr = composite.xr()
+    assert condition_status(xr, "Ready") == "True", conditions(xr)
+    assert condition_status(xr, "Synced") == "True", conditions(xr)
+    real = composite.composed()
+
+    fresh = copy.deepcopy(xr)
+    fresh.pop("status", None)
+    world = model.converge(world_for(composite, xr=fresh))
+    assert world.xr_ready, world.xr.get("status")
+    assert set(world.composed) == set(real), {
+        "only in the World": sorted(set(world.composed) - set(real)),
+        "only in Crossplane": sorted(set(real) - set(world.composed)),
+    }
+    # Crossplane names what the function leaves unnamed (ChildName: <xr>-<sha256(xr uid +
+    # resource name)[:12]>); the World names it <xr>-<5 hex>. Usages name their ends by
+    # the observed names, so the World's are mapped to Crossplane's before comparing.
+    renamed = {
+        c.obj["metadata"]["name"]: real[name]["metadata"]["name"] for name, c in world.composed.items()
+    }
+    rsp, _ = world.call()
+    problems = []
+    for name, r in rsp.desired.resources.items():
+        body = _renamed(resource.struct_to_dict(r.resource), renamed)
+        problems += [f"{name}{d}" for d in subset_differences(body, real[name])]
+    assert not problems, "composed resources differ from the function's desired state:\n" + "\n".join(problems)
+
+    want = {k: world.xr["status"].get(k) for k in STATUS_FIELDS}
+    got = {k: xr["status"].get(k) for k in STATUS_FIELDS}
+    assert got == want
+    function_conditions = {
+        c["type"]: (c["status"], c.get("reason"), c.get("message", ""))
+        for c in world.xr["status"]["conditions"]
+        if c["type"] not in CROSSPLANE_CONDITIONS
+    }
+    real_conditions = {
+        t: (c["status"], c.get("reason"), c.get("message", ""))
+        for t, c in conditions(xr).items()
+        if t in function_conditions
+    }
+    assert real_conditions == function_conditions
+
+
+def assert_creations_follow_gates(composite: Composite) -> dict[str, set[str]]:
+    """Every composed resource was created (etcd revision of its creation) after each thing
+    its first emission waits for was Ready (the revision the provider reported it) or, for
+    the control plane, after the driver moved it. Returns the derived dependencies."""
+    xr = composite.xr()
+    assert xr is not None
+    observed = composite.composed()
+    deps = model.dependencies(xr, composite.required(), composite.composition, observed)
+    events = composite.providers.history(composite.namespace if composite.namespaced else None)
+    created = composite.providers.first("created", events)
+    ready = composite.providers.first("ready", events)
+    state_revision = {
+        model.CONTROL_PLANE_INITIALIZED: composite.control_plane_revisions["initialized"],
+        model.CONTROL_PLANE_AVAILABLE: composite.control_plane_revisions["available"],
+    }
+    violations = []
+    for node, needs in deps.items():
+        for dep in needs:
+            before = state_revision.get(dep, ready.get(dep))
+            if before is None or not before < created[node]:
+                violations.append(f"{node} created at revision {created[node]}, {dep} ready at {before}")
+    assert not violations, "\n".join(violations)
+    assert any(deps.values()), "the probe found no gate at all"
+    return deps
+
+
+def assert_deleted_in_usage_order(composite: Composite, usages: dict[str, dict[str, Any]]) -> None:
+    """For every Usage whose ``of`` end was deleted: its ``by`` end was gone first, and the
+    Usage itself went before ``of`` (etcd revisions of the deletions)."""
+    events = composite.providers.history(composite.namespace if composite.namespaced else None)
+    deleted = {(e.kind, e.name): e.revision for e in events if e.what == "deleted"}
+    assert usages, "no Usage was given"
+    problems = []
+    checked = 0
+    for name, usage in usages.items():
+        spec = usage["spec"]
+        of = (spec["of"]["kind"], spec["of"]["resourceRef"]["name"])
+        by = (spec["by"]["kind"], spec["by"]["resourceRef"]["name"])
+        itself = (usage["kind"], usage["metadata"]["name"])
+        if of not in deleted:
+            continue
+        checked += 1
+        if not (by in deleted and itself in deleted and deleted[by] < deleted[of] and deleted[itself] < deleted[of]):
+            problems.append(
+                f"{name}: by {by} deleted at {deleted.get(by)}, the Usage at {deleted.get(itself)}, of {of} at {deleted[of]}"
+            )
+    assert checked, "no used resource was deleted"
+    assert not problems, "\n".join(problems)

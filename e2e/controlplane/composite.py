@@ -1,0 +1,146 @@
+"""One ClusterPlugin (a namespaced XR, or a legacy claim and its XR) on the real control plane."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from e2e.controlplane.driver import ClusterAPI, Providers, composed_kinds
+from e2e.controlplane.harness import ROOT, ControlPlane
+
+COMPOSITE_LABEL = "crossplane.io/composite"
+RESOURCE_NAME = "crossplane.io/composition-resource-name"
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """type -> condition."""
+    return {c["type"]: c for c in (obj or {}).get("status", {}).get("conditions", [])}
+
+
+def condition_status(obj: dict[str, Any] | None, typ: str) -> str:
+    return str(conditions(obj).get(typ, {}).get("status", ""))
+
+
+@dataclass
+class Composite:
+    """An example's XR (or claim) and its cluster, created on the control plane."""
+
+    cp: ControlPlane
+    providers: Providers
+    example: str
+    composition: dict[str, Any]
+    namespace: str
+    document: str = "xr.yaml"  # claim.yaml for a legacy claim
+    capi: ClusterAPI = field(init=False)
+    manifest: dict[str, Any] = field(init=False)
+    control_plane_revisions: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        example_dir = ROOT / "examples" / self.example
+        self.capi = ClusterAPI(self.cp.kube, example_dir / "required", self.namespace)
+        self.manifest = yaml.safe_load((example_dir / self.document).read_text())
+        self.manifest["metadata"]["namespace"] = self.namespace
+
+    @property
+    def kube(self):
+        return self.cp.kube
+
+    @property
+    def is_claim(self) -> bool:
+        return self.document == "claim.yaml"
+
+    @property
+    def namespaced(self) -> bool:
+        return not self.is_claim
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def resource(self) -> dict[str, Any] | None:
+        """The XR or claim as created."""
+        m = self.manifest
+        return self.kube.get(m["apiVersion"], m["kind"], m["metadata"]["name"], self.namespace)
+
+    def xr(self) -> dict[str, Any] | None:
+        """The composite resource (for a claim, the XR it is bound to)."""
+        got = self.resource()
+        if got is None or not self.is_claim:
+            return got
+        ref = got.get("spec", {}).get("resourceRef")
+        if not ref:
+            return None
+        return self.kube.get(ref["apiVersion"], ref["kind"], ref["name"])
+
+    def composed(self) -> dict[str, dict[str, Any]]:
+        """composition-resource-name -> composed object, of every kind the function composes."""
+        xr = self.xr()
+        if xr is None:
+            return {}
+        name = xr["metadata"]["name"]
+        out: dict[str, dict[str, Any]] = {}
+        for api_version, kind in composed_kinds(namespaced=self.namespaced):
+            for obj in self.kube.list(api_version, kind, labels={COMPOSITE_LABEL: name}):
+                if self.namespaced and obj["metadata"].get("namespace") != self.namespace:
+                    continue
+                out[obj["metadata"]["annotations"][RESOURCE_NAME]] = obj
+        return out
+
+    # --- acting ----------------------------------------------------------------------------
+
+    def create(self, *, staged: bool = True) -> None:
+        """The cluster (control plane not yet up when ``staged``) and the XR or claim."""
+        self.capi.create()
+        if not staged:
+            self.control_plane_revisions["initialized"] = self.capi.set_control_plane(initialized=True, available=False)
+            self.control_plane_revisions["available"] = self.capi.set_control_plane(initialized=True, available=True)
+        self.kube.create(copy.deepcopy(self.manifest))
+
+    def wait_stalled(self, quiet_s: float = 3.0, timeout_s: float = 120) -> None:
+        """Until nothing new is composed for ``quiet_s`` while everything composed is Ready:
+        what is left waits for something outside Crossplane (the control plane)."""
+        deadline = time.monotonic() + timeout_s
+        last: tuple[str, ...] = ()
+        since = time.monotonic()
+        while time.monotonic() < deadline:
+            composed = self.composed()
+            names = tuple(sorted(composed))
+            all_ready = all(
+                condition_status(o, "Ready") == "True" or o["kind"] in {"ProviderConfig", "Usage"}
+                for o in composed.values()
+            )
+            if names != last or not all_ready:
+                last, since = names, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.5)
+        msg = f"{self.example}: still composing after {timeout_s:.0f}s: {sorted(last)}"
+        raise TimeoutError(msg)
+
+    def converge(self, timeout_s: float = 180) -> dict[str, Any]:
+        """Create, bring the control plane up in two steps once the XR waits for it, and wait
+        for the XR (and claim) Ready; the XR."""
+        self.create(staged=True)
+        self.wait_stalled()
+        self.control_plane_revisions["initialized"] = self.capi.set_control_plane(initialized=True, available=False)
+        self.wait_stalled()
+        self.control_plane_revisions["available"] = self.capi.set_control_plane(initialized=True, available=True)
+        return self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 180) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            xr = self.xr()
+            if condition_status(xr, "Ready") != "True":
+                return None
+            if self.is_claim and condition_status(self.resource(), "Ready") != "True":
+                return None
+            return xr
+
+        return self.kube.wait_for(ready, f"{self.example} Ready", timeout_s=timeout_s, interval_s=0.5)
+
+    def required(self) -> list[dict[str, Any]]:
+        """The cluster's objects as the API server holds them (what the function reads)."""
+        return self.capi.read()
+

@@ -1,0 +1,93 @@
+"""The real control plane, started once per session and stopped always.
+
+Logs of every process stay under pytest's temporary directory (printed at start); a test
+that fails gets the end of each log in its report. Start-up time of each step is printed
+in the terminal summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.conftest import tool_path
+from e2e.controlplane.driver import Providers
+from e2e.controlplane.harness import ControlPlane, StartError
+
+_RUNNING: list[ControlPlane] = []
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    root = tmp_path_factory.mktemp("controlplane")
+    print(f"\ncontrol plane logs: {root / 'logs'}")
+    cp = ControlPlane(root, tool_path)
+    _RUNNING.append(cp)
+    try:
+        cp.start()
+    except (StartError, TimeoutError) as err:
+        report = cp.log_report()
+        cp.stop()
+        pytest.fail(f"the control plane did not start: {err}\n{report}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+# The providers outlive the API: removing an XRD deletes its XRs, whose composed resources
+# need the (played) providers to let them go.
+@pytest.fixture(scope="module")
+def namespaced_api(control_plane: ControlPlane, namespaced_providers: Providers) -> Iterator[dict]:
+    """apis/v2 installed (Crossplane v2 namespaced ClusterPlugin); removed after the module."""
+    composition = control_plane.install_api("v2")
+    yield composition
+    control_plane.remove_api("v2")
+
+
+@pytest.fixture(scope="module")
+def legacy_api(control_plane: ControlPlane, legacy_providers: Providers) -> Iterator[dict]:
+    """apis/v1 installed (legacy XClusterPlugin with claim ClusterPlugin); removed after the module."""
+    composition = control_plane.install_api("v1")
+    yield composition
+    control_plane.remove_api("v1")
+
+
+def _providers(control_plane: ControlPlane, *, namespaced: bool) -> Iterator[Providers]:
+    providers = Providers(control_plane.kube, namespaced=namespaced)
+    providers.start()
+    try:
+        yield providers
+    finally:
+        providers.stop()
+
+
+@pytest.fixture(scope="module")
+def namespaced_providers(control_plane: ControlPlane) -> Iterator[Providers]:
+    yield from _providers(control_plane, namespaced=True)
+
+
+@pytest.fixture(scope="module")
+def legacy_providers(control_plane: ControlPlane) -> Iterator[Providers]:
+    yield from _providers(control_plane, namespaced=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _RUNNING and "control_plane" in getattr(item, "fixturenames", ()):
+        cp = _RUNNING[-1]
+        dead = cp.dead()
+        if dead:
+            report.sections.append(("processes that died", "\n\n".join(dead)))
+        report.sections.append((f"control plane logs ({cp.logs})", cp.log_report()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for cp in _RUNNING:
+        steps = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.steps.items())
+        terminalreporter.write_line(f"control plane start-up {cp.timings.total:.1f}s: {steps}")
+
+

@@ -1,0 +1,510 @@
+"""A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, Crossplane core.
+
+Started by the tests from the tools of ``e2e/tools.json`` (built from the Go module proxy by
+``scripts/tools.py``), with certificates the test makes (``pki``):
+
+- etcd on a free port, plain HTTP on 127.0.0.1, ``--unsafe-no-fsync`` (a throw-away store);
+- kube-apiserver serving TLS on 127.0.0.1 with client-certificate authentication and RBAC;
+  every client (the controller manager, Crossplane, the tests) is ``admin`` in
+  ``system:masters`` through one kubeconfig file;
+- kube-controller-manager with the controllers the tests need: the garbage collector (a
+  deleted XR's composed resources go through it, as in a real cluster) and the namespace
+  controller;
+- Crossplane's own CRDs from the core module (``cluster/crds``), its namespace and Lock;
+  the real CRDs of every kind the function composes or reads (``tests/fixtures/crds``);
+- ``function-cluster-plugin serve`` with mTLS, installed as a Crossplane Function from a
+  package in Crossplane's package cache (see ``install_function``);
+- Crossplane core, out of cluster (``KUBECONFIG``), ``--package-runtime=External``, its
+  webhook server on a free port with a ValidatingWebhookConfiguration that reaches it by
+  URL (Usages are enforced only with webhooks on).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.conftest import tool_source
+from e2e.controlplane import pki
+from e2e.controlplane.kube import Kube
+from e2e.controlplane.processes import Process, StartError, free_port, start, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE_CRDS = ROOT / "tests" / "fixtures" / "crds"
+PACKAGE_DIR = ROOT / "package"
+CROSSPLANE_NAMESPACE = "crossplane-system"
+# The name the Compositions call the function by: the one Crossplane gives it as the
+# Configuration's dependency (xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin).
+FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
+FUNCTION_SOURCE = "xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin"
+PARENT_PACKAGE_LABEL = "pkg.crossplane.io/package"
+CIRCUIT_BREAKER_BURST = 1000
+FUNCTION_TLS_SECRET = "function-cluster-plugin-tls-server"  # noqa: S105 - a Secret's name
+
+
+@dataclass
+class Timings:
+    """Seconds each start-up step took."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def record(self, name: str, since: float) -> None:
+        self.steps[name] = round(time.monotonic() - since, 2)
+
+    @property
+    def total(self) -> float:
+        return round(sum(self.steps.values()), 2)
+
+
+def _kubeconfig(path: Path, server: str, ca: Path, client: pki.Leaf) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate": str(client.cert), "client-key": str(client.key)},
+            }
+        ],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def package_stream() -> bytes:
+    """The function package's package.yaml stream, as ``crossplane xpkg build`` puts it in the image.
+
+    Its meta (package/crossplane.yaml) and the step Input's CRD (package/input), YAML
+    documents joined by ``---``.
+    """
+    docs = [PACKAGE_DIR / "crossplane.yaml", *sorted((PACKAGE_DIR / "input").glob("*.yaml"))]
+    return "\n---\n".join(p.read_text() for p in docs).encode()
+
+
+def _friendly_id(name: str, hash_: str) -> str:
+    """xpkg.FriendlyID (crossplane-runtime pkg/xpkg/name.go): the package cache's file key."""
+    joined = f"{name[:50]}-{hash_[:12]}"
+    out = []
+    for i, ch in enumerate(joined):
+        if ch.isascii() and (ch.islower() or ch.isdigit()):
+            out.append(ch)
+        if ch in "./:-" and i not in (0, 62, len(joined) - 1):
+            out.append("-")
+        if i == 62:
+            break
+    return "".join(out).strip("-")
+
+
+class ControlPlane:
+    """The processes, their certificates and logs under ``root``; ``kube`` talks to the API server."""
+
+    def __init__(self, root: Path, tool: Callable[[str], Path]) -> None:
+        self.root = root
+        self.tool = tool
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.processes: dict[str, Process] = {}
+        self.timings = Timings()
+        self.kube: Kube
+        self.kubeconfig: Path
+        self.webhook_port = 0
+        self.function_address = ""
+        self.ca: pki.CA
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Everything up, in order; raises StartError naming the step and the log that failed."""
+        for name, step in (
+            ("certificates", self._certificates),
+            ("etcd", self._etcd),
+            ("kube-apiserver", self._apiserver),
+            ("kube-controller-manager", self._controller_manager),
+            ("CRDs", self._crds),
+            ("function", self._function),
+            ("crossplane", self._crossplane),
+            ("Function package", self.install_function),
+        ):
+            since = time.monotonic()
+            step()
+            self.timings.record(name, since)
+
+    def stop(self) -> None:
+        """Stop every process, newest first (each by its own pid)."""
+        for process in reversed(list(self.processes.values())):
+            process.stop()
+
+    def dead(self) -> list[str]:
+        """Processes that exited on their own, with the end of their logs."""
+        return [
+            f"{p.name} exited with {p.proc.returncode}:\n{p.log_tail()}"
+            for p in self.processes.values()
+            if not p.alive()
+        ]
+
+    def log_report(self, lines: int = 40) -> str:
+        """The end of every log, for a failing test."""
+        return "\n\n".join(
+            f"===== {p.name} ({p.log_path}) =====\n{p.log_tail(lines)}"
+            for p in self.processes.values()
+        )
+
+    def log_lines(self, process: str, needle: str) -> list[str]:
+        """Lines of a process's log that contain ``needle``."""
+        path = self.processes[process].log_path
+        return [line for line in path.read_text(errors="replace").splitlines() if needle in line]
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        process = start(name, argv, self.logs, env=env)
+        self.processes[name] = process
+        return process
+
+    # --- steps -------------------------------------------------------------------------------
+
+    def _certificates(self) -> None:
+        certs = self.root / "certs"
+        self.ca = pki.CA(certs)
+        self.apiserver_cert = self.ca.leaf(
+            "kube-apiserver",
+            server=True,
+            sans=(*pki.LOOPBACK_SANS, "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+        )
+        self.admin = self.ca.leaf("admin", client=True, organization="system:masters")
+        self.sa_key = pki.signing_key(certs / "service-account.key")
+        self.webhook_cert = self.ca.leaf("crossplane-webhook", server=True)
+        self.function_cert = self.ca.leaf("function-cluster-plugin", server=True)
+        self.crossplane_client = self.ca.leaf("crossplane", client=True)
+
+    def _etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        process = self._start(
+            "etcd",
+            [
+                str(self.tool("etcd")),
+                "--name=e2e",
+                f"--data-dir={self.root / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as rsp:  # noqa: S310
+                return json.load(rsp).get("health") == "true"
+
+        wait_until(process, healthy, "healthy /health")
+
+    def _apiserver(self) -> None:
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        process = self._start(
+            "kube-apiserver",
+            [
+                str(self.tool("kube-apiserver")),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.root / 'apiserver'}",
+                f"--tls-cert-file={self.apiserver_cert.cert}",
+                f"--tls-private-key-file={self.apiserver_cert.key}",
+                f"--client-ca-file={self.ca.path}",
+                f"--service-account-key-file={self.sa_key}",
+                f"--service-account-signing-key-file={self.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=RBAC",
+                # No Service endpoints for a loopback address; no API priority queues to keep.
+                "--endpoint-reconciler-type=none",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self.kubeconfig = _kubeconfig(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
+        self.kube = Kube(self.server, self.ca.path, self.admin.cert, self.admin.key)
+        wait_until(process, self.kube.ready, "/readyz", timeout_s=90)
+
+    def _controller_manager(self) -> None:
+        process = self._start(
+            "kube-controller-manager",
+            [
+                str(self.tool("kube-controller-manager")),
+                f"--kubeconfig={self.kubeconfig}",
+                "--controllers=garbagecollector,namespace",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--root-ca-file={self.ca.path}",
+                f"--service-account-private-key-file={self.sa_key}",
+                "--v=1",
+            ],
+        )
+        # The garbage collector works once its monitors have synced; a deletion before that waits.
+        wait_until(
+            process,
+            lambda: "all resource monitors have synced" in process.log_path.read_text(errors="replace"),
+            "garbage collector synced",
+            timeout_s=90,
+        )
+
+    def crossplane_crd_dir(self) -> Path:
+        return self.tool_source("crossplane-core") / "cluster" / "crds"
+
+    def tool_source(self, name: str) -> Path:
+        return tool_source(name)
+
+    def _crds(self) -> None:
+        files = sorted(self.crossplane_crd_dir().glob("*.yaml"))
+        files += sorted(FIXTURE_CRDS.glob("*/*.yaml"))
+        names = [self.kube.apply_crd(yaml.safe_load(p.read_text())) for p in files]
+        self.kube.wait_established(names)
+        self.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CROSSPLANE_NAMESPACE}})
+        # What `crossplane core init` creates (internal/initializer/lock.go).
+        self.kube.apply({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "Lock", "metadata": {"name": "lock"}})
+
+    def _function(self) -> None:
+        port = free_port()
+        self.function_address = f"127.0.0.1:{port}"
+        script = Path(sys.executable).with_name("function-cluster-plugin")
+        process = self._start(
+            "function",
+            [
+                str(script),
+                "serve",
+                "--address",
+                self.function_address,
+                "--tls-server-certs-dir",
+                str(self.function_cert.dir),
+            ],
+            env={"PYTHONUNBUFFERED": "1"},
+        )
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+
+        wait_until(process, listening, "listening")
+
+    def _crossplane(self) -> None:
+        self.webhook_port = free_port()
+        self.xpkg_cache = self.root / "xpkg"
+        self.xpkg_cache.mkdir(exist_ok=True)
+        process = self._start(
+            "crossplane",
+            [
+                str(self.tool("crossplane-core")),
+                "core",
+                "start",
+                "--package-runtime=External",
+                f"--xpkg-cache-dir={self.xpkg_cache}",
+                f"--tls-client-certs-dir={self.crossplane_client.dir}",
+                f"--tls-server-certs-dir={self.webhook_cert.dir}",
+                f"--webhook-port={self.webhook_port}",
+                f"--metrics-port={free_port()}",
+                f"--health-probe-port={(probe := free_port())}",
+                # Each XR's watch circuit breaker opens after 100 watch events in a burst
+                # (refilled at 1/s) and then drops events for 5 minutes but one every 30 s:
+                # converging ~45 composed resources (finalizer, status, usage labels each an
+                # event) opens it, and an edit of the XR made then waits for the function's
+                # TTL (ttl.ready, 10 min). Raised here so each test sees its edits at once.
+                f"--circuit-breaker-burst={CIRCUIT_BREAKER_BURST}",
+                "--debug",
+            ],
+            env={"KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": CROSSPLANE_NAMESPACE},
+        )
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as rsp:
+                return rsp.status == 200
+
+        wait_until(process, ready, "/readyz", timeout_s=90)
+        self._usage_webhook()
+
+    def _usage_webhook(self) -> None:
+        """The chart's crossplane-no-usages webhook (cluster/webhookconfigurations/usage.yaml), by URL."""
+        source = self.tool_source("crossplane-core") / "cluster" / "webhookconfigurations" / "usage.yaml"
+        config = yaml.safe_load(source.read_text())
+        for hook in config["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {
+                "url": f"https://127.0.0.1:{self.webhook_port}{path}",
+                "caBundle": base64.b64encode(self.ca.pem).decode(),
+            }
+        self.kube.apply(config)
+
+    def install_function(self) -> None:
+        """Install the function as Crossplane installs a package, without a registry.
+
+        Crossplane's package client looks a digest reference up in its cache
+        (``<xpkg-cache-dir>/<FriendlyID(source, digest)>.gz``, a gzipped package.yaml
+        stream) before any registry, and ``packagePullPolicy: Never`` forbids the pull.
+        So the package.yaml stream is put in the cache under its own sha256, the Function
+        names that digest, and the package manager makes the FunctionRevision, parses and
+        lints the package and installs its Input CRD as for any package. With
+        ``--package-runtime=External`` nothing starts the function or sets the revision's
+        ``status.endpoint``: the test runs it and writes the endpoint (mTLS, as
+        Crossplane always dials functions).
+        """
+        stream = package_stream()
+        digest = "sha256:" + hashlib.sha256(stream).hexdigest()
+        (self.xpkg_cache / f"{_friendly_id(FUNCTION_SOURCE, digest)}.gz").write_bytes(gzip.compress(stream))
+        self.kube.apply(
+            {
+                "apiVersion": "pkg.crossplane.io/v1",
+                "kind": "Function",
+                "metadata": {"name": FUNCTION_NAME},
+                "spec": {"package": f"{FUNCTION_SOURCE}@{digest}", "packagePullPolicy": "Never"},
+            }
+        )
+        revision = self.kube.wait_for(
+            lambda: next(
+                iter(
+                    self.kube.list(
+                        "pkg.crossplane.io/v1",
+                        "FunctionRevision",
+                        labels={PARENT_PACKAGE_LABEL: FUNCTION_NAME},
+                    )
+                ),
+                None,
+            ),
+            "a FunctionRevision of the Function",
+        )
+        self.function_revision = revision["metadata"]["name"]
+        self._play_function_runtime(revision)
+
+    def _play_function_runtime(self, revision: dict[str, Any]) -> None:
+        """What the Deployment runtime's FunctionHooks do, for a function the test runs.
+
+        It records the revision's TLS server Secret in its status and fills it (the
+        package manager's establisher waits for it before installing the package's CRDs),
+        points ``status.endpoint`` at the function and reports the runtime healthy
+        (runtime_function.go, runtime/reconciler.go). With the External runtime the package
+        manager leaves ``spec.tlsServerSecretName`` empty, so the Secret is named here.
+        """
+        server_secret = revision.get("spec", {}).get("tlsServerSecretName") or FUNCTION_TLS_SECRET
+        self.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": server_secret, "namespace": CROSSPLANE_NAMESPACE},
+                "type": "kubernetes.io/tls",
+                "stringData": {
+                    "tls.crt": self.function_cert.cert.read_text(),
+                    "tls.key": self.function_cert.key.read_text(),
+                    "ca.crt": self.function_cert.ca.read_text(),
+                },
+            }
+        )
+        self.kube.apply_status(
+            {
+                "apiVersion": "pkg.crossplane.io/v1",
+                "kind": "FunctionRevision",
+                "metadata": {"name": self.function_revision},
+                "status": {
+                    "endpoint": f"dns:///{self.function_address}",
+                    "tlsServerSecretName": server_secret,
+                    "conditions": [
+                        {
+                            "type": "RuntimeHealthy",
+                            "status": "True",
+                            "reason": "HealthyPackageRevision",
+                            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        }
+                    ],
+                },
+            },
+            field_manager="e2e-function-runtime",
+        )
+
+        def healthy() -> bool:
+            fn = self.kube.get("pkg.crossplane.io/v1", "Function", FUNCTION_NAME) or {}
+            conditions = {c["type"]: c["status"] for c in fn.get("status", {}).get("conditions", [])}
+            return conditions.get("Healthy") == "True" and conditions.get("Installed") == "True"
+
+        self.kube.wait_for(healthy, "the Function Installed and Healthy", timeout_s=60)
+
+    # --- the project's API -------------------------------------------------------------------
+
+    def install_api(self, flavour: str, *, ttl_waiting: str = "1s") -> dict[str, Any]:
+        """The project's XRD and Composition of ``apis/<flavour>`` (v2 or v1); the Composition.
+
+        The step input's ``ttl.waiting`` is shortened: Crossplane does not watch the Cluster
+        API objects the function reads, so a control plane turning initialized is seen at
+        the next TTL (30 s by default).
+        """
+        xrd = yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text())
+        self.kube.apply(xrd)
+
+        def offered() -> bool:
+            got = self.kube.get(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"]) or {}
+            conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+            wanted = ["Established"] + (["Offered"] if "claimNames" in xrd["spec"] else [])
+            return all(conditions.get(t) == "True" for t in wanted)
+
+        self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=60)
+        self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
+        composition = yaml.safe_load((ROOT / "apis" / flavour / "composition.yaml").read_text())
+        for step in composition["spec"]["pipeline"]:
+            step["input"]["ttl"]["waiting"] = ttl_waiting
+        self.kube.apply(composition)
+        return composition
+
+    def remove_api(self, flavour: str) -> None:
+        """Delete every claim and XR of ``apis/<flavour>``, then its XRD and Composition.
+
+        The XRs go first, while their Composition is there: an XR whose Composition is gone
+        cannot be reconciled, so its finalizer would never be removed.
+        """
+        xrd = yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text())
+        composition = yaml.safe_load((ROOT / "apis" / flavour / "composition.yaml").read_text())
+        group, names = xrd["spec"]["group"], xrd["spec"]["names"]
+        version = f"{group}/{xrd['spec']['versions'][0]['name']}"
+        kinds = [names["kind"]]
+        if "claimNames" in xrd["spec"]:
+            kinds.insert(0, xrd["spec"]["claimNames"]["kind"])
+        for kind in kinds:
+            for obj in self.kube.list(version, kind):
+                meta = obj["metadata"]
+                self.kube.delete(version, kind, meta["name"], meta.get("namespace"))
+        self.kube.wait_for(
+            lambda: not any(self.kube.list(version, k) for k in kinds), f"every {' and '.join(kinds)} deleted", timeout_s=240
+        )
+        self.kube.delete(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"])
+        crds = [f"{names['plural']}.{group}"]
+        if "claimNames" in xrd["spec"]:
+            crds.append(f"{xrd['spec']['claimNames']['plural']}.{group}")
+        self.kube.wait_for(
+            lambda: all(self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n) is None for n in crds)
+            and self.kube.get(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"]) is None,
+            f"XRD {xrd['metadata']['name']} and its CRDs gone",
+            timeout_s=90,
+        )
+        self.kube.delete(composition["apiVersion"], "Composition", composition["metadata"]["name"])
+
+    def function_status(self) -> dict[str, Any]:
+        """The Function and its revision as Crossplane reports them."""
+        return {
+            "function": self.kube.get("pkg.crossplane.io/v1", "Function", FUNCTION_NAME),
+            "revision": self.kube.get("pkg.crossplane.io/v1", "FunctionRevision", self.function_revision),
+        }
+
+
+__all__ = ["ControlPlane", "StartError"]
