@@ -16,7 +16,9 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import tarfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +26,19 @@ import pytest
 import yaml
 
 from function import apigen
-from function.flavour import LEGACY_XR, NAMESPACED_XR, XR_TYPES
+from function.flavour import KINDS, LEGACY_XR, NAMESPACED_XR, XR_TYPES
 from function.packaging import (
     HOME_SOURCE,
+    PROVIDER_REGISTRY,
     PackageSource,
     SourceError,
     dns_label,
     object_name,
     split_reference,
 )
+from function.spec import StepInput
 from scripts import release
+from tests.kube_schema import validate
 
 ACME = PackageSource("ghcr.io/acme", HOME_SOURCE.version)
 
@@ -357,3 +362,43 @@ def test_push_needs_a_built_release(tmp_path: Path) -> None:
     with pytest.raises(release.ReleaseError, match=r"no release\.json; build the release first"):
         release.push(tmp_path, HOME_SOURCE, cli=tmp_path / "no-cli")
 
+
+# --- The README's quick start ----------------------------------------------------------
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _quick_start() -> str:
+    text = README.read_text(encoding="utf-8")
+    return text[text.index("## Quick start on a cluster") : text.index("## Try it without a cluster")]
+
+
+def _yaml_blocks(section: str) -> list[dict[str, Any]]:
+    blocks = re.findall(r"^( *)```yaml\n(.*?)^\1```", section, re.S | re.M)
+    return [d for _, body in blocks for d in yaml.safe_load_all(textwrap.dedent(body)) if d]
+
+
+@pytest.mark.parametrize("namespaced", [True, False], ids=["v2", "legacy"])
+def test_the_quick_start_creates_the_aws_provider_config_the_resources_use(namespaced: bool) -> None:
+    # Composed AWS resources name their provider config in their provider family's group
+    # (aws.m.upbound.io for namespaced ones, aws.upbound.io for legacy ones): the kind the step
+    # input names (namespaced), a ProviderConfig (legacy, which names no kind).
+    group = KINDS["Role"][1 if namespaced else 0].split("/")[0].partition(".")[2]
+    default = StepInput().aws_provider_config
+    kind = default.kind if namespaced else "ProviderConfig"
+    configs = [d for d in _yaml_blocks(_quick_start()) if d.get("apiVersion") == f"{group}/v1beta1" and d.get("kind") == kind]
+    assert [c["metadata"]["name"] for c in configs] == [default.name]
+    assert validate(configs[0]) == []
+
+
+def test_the_quick_start_mirror_rewrites_the_providers_the_packages_depend_on() -> None:
+    (image_config,) = [d for d in _yaml_blocks(_quick_start()) if d.get("kind") == "ImageConfig"]
+    assert image_config["spec"]["matchImages"] == [{"type": "Prefix", "prefix": PROVIDER_REGISTRY}]
+
+
+def test_the_readme_installs_nothing_nobody_published() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert not re.search(r"xpkg\.crossplane\.io/function-cluster-plugin/[a-z-]+:v", text)
+    assert "make release REGISTRY=" in _quick_start()
+    assert "skipDependencyResolution: true" in _quick_start()
