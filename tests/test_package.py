@@ -633,7 +633,10 @@ MUTATIONS: list[tuple[str, str, Callable[[Path], None], str]] = [
         lambda r: _edit_meta(
             r, lambda m: _rename(_dep(m, "function-cluster-plugin"), "function", "provider")
         ),
-        "function-cluster-plugin is ('Provider', 'v0.1.0'), the tests use ('Function', 'v0.1.0')",
+        (
+            f"function-cluster-plugin is ('Provider', 'v{__version__}'), the tests use "
+            f"('Function', 'v{__version__}')"
+        ),
     ),
     (
         "v2 XRD offered to Crossplane 1.x",
