@@ -56,7 +56,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -559,7 +559,6 @@ def build(
     out_root: Path,
     *,
     cli: Path | None = None,
-    image_builder: Callable[[Path, str, str], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Build the release of ``source`` into ``out_root/VERSION``; returns release.json."""
     if source.version != HOME_SOURCE.version:
@@ -572,7 +571,6 @@ def build(
         )
         raise ReleaseError(msg)
     cli = cli or crossplane_cli()
-    image_builder = image_builder or build_image.build
     final = out_root / source.version
     if final.exists() and not (final / RECORD).is_file():
         msg = f"{final} exists and is not a release folder (no {RECORD}): not replacing it"
@@ -582,7 +580,7 @@ def build(
     work = Path(tempfile.mkdtemp(prefix="release-work."))
     try:
         say(f"release {source.version} for {source.registry}: the image")
-        image_record = image_builder(staging, source.version, source.function_package)
+        image_record = build_image.build(staging, source.version, source.function_package)
         image_archive = staging / str(image_record["archive"])
         packages = []
         say("the function package")
