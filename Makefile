@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm e2e tools bench soak generate clean test-debian image image-test
+.PHONY: demo test lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -63,6 +63,19 @@ image:
 
 image-test: image $(STAMP)
 	IMAGE_DIR=$(IMAGE_OUT) $(BIN)/python -m pytest -p no:cacheprovider e2e/test_image.py
+
+# A release into dist/release/<version>/ (scripts/release.py): the image, the function package
+# with it embedded and both Configuration packages, built by the pinned crossplane CLI for
+# REGISTRY (host/path; their dependsOn and the Compositions' function name follow from it),
+# install/ and release.json (sizes, sha256, digests). VERSION is function/__version__.py's
+# (another is refused). Needs root and debootstrap, and Go the first time (the CLI).
+# release-push: crossplane xpkg push of each, the function first (a private CA: SSL_CERT_FILE).
+REGISTRY ?= localhost:5000/function-cluster-plugin
+release: $(STAMP)
+	$(BIN)/python -m scripts.release build --registry $(REGISTRY) $(if $(VERSION),--version $(VERSION))
+
+release-push: $(STAMP)
+	$(BIN)/python -m scripts.release push --registry $(REGISTRY) $(if $(VERSION),--version $(VERSION))
 
 # The upstream Go tools of e2e/tools.json, built from the Go module proxy into
 # ${XDG_CACHE_HOME:-~/.cache}/function-cluster-plugin/tools (kept across clones); only

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.registry import LocalRegistry, PublishedRelease, publish, push_stub_providers
 from tests.strategies import serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,3 +63,31 @@ def function_address() -> Iterator[str]:
     with serve("--insecure") as served:
         yield served.address
         assert served.alive(), f"the function server died:\n{served.log()}"
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """Debian's docker-registry on loopback, TLS from a test CA (e2e/registry.py)."""
+    with LocalRegistry.start(tmp_path_factory.mktemp("registry")) as running:
+        yield running
+
+
+# A registry path of another organisation than the project's: the Function's name
+# (acme-platform-function-cluster-plugin) must have been computed for it.
+RELEASE_PATH = "acme/platform"
+
+
+@pytest.fixture(scope="session")
+def published_release(
+    registry: LocalRegistry, crossplane: Path, tmp_path_factory: pytest.TempPathFactory
+) -> PublishedRelease:
+    """The checkout's release (make release) for ``registry``/acme/platform, pushed (make release-push)."""
+    return publish(registry, crossplane, tmp_path_factory.mktemp("dist"), RELEASE_PATH)
+
+
+@pytest.fixture(scope="session")
+def provider_mirror(
+    registry: LocalRegistry, crossplane: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, object]:
+    """Stand-ins for the providers in ``registry``, and the ImageConfig that mirrors them there."""
+    return push_stub_providers(registry, crossplane, tmp_path_factory.mktemp("providers"))

@@ -479,7 +479,8 @@ def write_layer(staging: Path, layer_tar: Path, epoch: int, owner: tuple[int, in
                 tar.addfile(info)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -506,7 +507,7 @@ def write_archive(
     out: Path, layer_gz: Path, config: dict[str, Any], *, tag: str, reference: str
 ) -> dict[str, Any]:
     """An OCI image layout with Docker's manifest.json, as one reproducible tar."""
-    layer_digest = _sha256(layer_gz)
+    layer_digest = sha256_file(layer_gz)
     config_bytes = _json_bytes(config)
     config_digest = hashlib.sha256(config_bytes).hexdigest()
     manifest = {
@@ -644,7 +645,7 @@ def build(
         lap("runtime root")
         layer_tar, layer_gz = work / "layer.tar", work / "layer.tar.gz"
         write_layer(staging, layer_tar, epoch, definition.uid_gid)
-        diff_id = f"sha256:{_sha256(layer_tar)}"
+        diff_id = f"sha256:{sha256_file(layer_tar)}"
         _gzip(layer_tar, layer_gz)
         labels = {
             **static_labels(project),

@@ -32,8 +32,9 @@ stored copy names them):
   (1.17, 1.18) only read the typed fields. ``version`` is a Masterminds semver constraint; a
   bare ``vX.Y.Z`` means exactly that version. A dependency missing from the cluster is created
   with the name ToDNSLabel(repository) (internal/controller/pkg/resolver/reconciler.go), so
-  the function would be ``function-cluster-plugin-function-cluster-plugin``, not the name the
-  Compositions call: the Function is installed first, under that name, from the same source.
+  the function is ``function-cluster-plugin-function-cluster-plugin``, the name the
+  Compositions call (function/packaging.py computes it for any registry; make release
+  writes both for the registry it publishes under).
 
 Crossplane keeps no CRD it validates crossplane.yaml with; its repository generates some under
 cluster/meta/, but the stored copies predate v2 (no apiVersion/kind/package in dependsOn), so
@@ -58,6 +59,7 @@ import pytest
 import yaml
 
 from function.__version__ import __version__
+from function.packaging import object_name
 from tests.kube_schema import validate_with_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -458,7 +460,7 @@ def test_the_compositions_call_the_function_by_the_name_it_is_installed_under() 
     # that name, so the Configuration alone is a working install, and the production example
     # (a Function installed beforehand, with its runtime config) uses the same name and source.
     package, _, name = function_source()
-    assert _dns_label(package.partition("/")[2]) == name
+    assert object_name(package) == name
     assert name == "function-cluster-plugin-function-cluster-plugin"
     for flavour in FLAVOURS:
         composition = _load_one(APIS / flavour / "composition.yaml")
@@ -503,17 +505,6 @@ def _load_one(path: Path) -> dict[str, Any]:
 
 def _meta(root: Path) -> dict[str, Any]:
     return _load_one(root / META_FILE)
-
-
-def _dns_label(s: str) -> str:
-    """xpkg.ToDNSLabel (crossplane internal/xpkg/name.go), for names up to 63 bytes."""
-    out = []
-    for i, ch in enumerate(s[:63]):
-        if ch.islower() or ch.isdigit():
-            out.append(ch)
-        if ch in "./:-" and i not in {0, 62, len(s) - 1}:
-            out.append("-")
-    return "".join(out).strip("-")
 
 
 def _copy(tmp_path: Path, flavour: str) -> Path:
@@ -642,7 +633,10 @@ MUTATIONS: list[tuple[str, str, Callable[[Path], None], str]] = [
         lambda r: _edit_meta(
             r, lambda m: _rename(_dep(m, "function-cluster-plugin"), "function", "provider")
         ),
-        "function-cluster-plugin is ('Provider', 'v0.1.0'), the tests use ('Function', 'v0.1.0')",
+        (
+            f"function-cluster-plugin is ('Provider', 'v{__version__}'), the tests use "
+            f"('Function', 'v{__version__}')"
+        ),
     ),
     (
         "v2 XRD offered to Crossplane 1.x",
