@@ -105,6 +105,9 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ROOT / "function", root / "function", ignore=shutil.ignore_patterns("__pycache__")
     )
     touched = _extend(root / "function")
+    # make generate reads the function package's metadata (maintainer, source, licence).
+    (root / "package").mkdir()
+    shutil.copy(ROOT / "package" / "crossplane.yaml", root / "package" / "crossplane.yaml")
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
     run = subprocess.run(
         [sys.executable, str(PROBE), str(ROOT)],
@@ -129,7 +132,9 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert generate.returncode == 0, generate.stderr
     out["generated"] = sorted(
-        str(p.relative_to(root)) for p in root.rglob("*.yaml") if "function" not in p.parts
+        str(p.relative_to(root))
+        for p in root.rglob("*.yaml")
+        if "function" not in p.parts and p != root / "package" / "crossplane.yaml"
     )
     out["xrd"] = yaml.safe_load((root / "apis" / "v2" / "definition.yaml").read_text())
     out["composition"] = yaml.safe_load((root / "apis" / "v2" / "composition.yaml").read_text())
@@ -146,8 +151,10 @@ def test_the_files_a_new_addon_needs(played: dict[str, Any]) -> None:
     # What make generate writes from them; nothing else is edited by hand.
     assert played["generated"] == [
         "apis/v1/composition.yaml",
+        "apis/v1/crossplane.yaml",
         "apis/v1/definition.yaml",
         "apis/v2/composition.yaml",
+        "apis/v2/crossplane.yaml",
         "apis/v2/definition.yaml",
         "package/input/fn.clusterplugin.dev_inputs.yaml",
     ]
