@@ -69,24 +69,12 @@ def xr_examples() -> list[str]:
     return sorted(p.parent.name for p in EXAMPLES.glob("*/xr.yaml"))
 
 
-# The step input's clusterAPI field for each kind the function reads by name.
-CLUSTER_API_FIELDS = {
-    "Cluster": "cluster",
-    "KubeadmControlPlane": "kubeadmControlPlane",
-    "AWSManagedControlPlane": "awsManagedControlPlane",
-    "AWSCluster": "awsCluster",
-    "AWSManagedCluster": "awsManagedCluster",
-}
-
-
 @dataclass(frozen=True)
 class Inputs:
     """One reconcile of one example, as both renders take it."""
 
     name: str
     late: bool
-    # The Composition both renders use, when not the shipped one (served_composition).
-    composition_file: Path | None = None
 
     @property
     def xr(self) -> Path:
@@ -108,8 +96,9 @@ class Inputs:
 
     @property
     def composition(self) -> Path:
-        """The Composition of the example's flavour (the shipped one unless replaced)."""
-        return self.composition_file or self.apis / "composition.yaml"
+        """The example's own Composition if it has one, else the shipped one of its flavour."""
+        own = EXAMPLES / self.name / "composition.yaml"
+        return own if own.is_file() else self.apis / "composition.yaml"
 
     @property
     def xrd(self) -> Path:
@@ -133,35 +122,6 @@ class Inputs:
 
     def __str__(self) -> str:
         return f"{self.name}{'-late' if self.late else ''}"
-
-
-def served_composition(inputs: Inputs, directory: Path) -> Inputs:
-    """The inputs with a Composition that asks for the CAPI objects at the versions the example has.
-
-    A real API server answers a request for any served version with the object converted
-    to it; Crossplane's render answers from its in-memory store, which holds each object
-    at the one version its file has. An example written in the v1beta1 contract (CAPI
-    before v1.11 serves nothing else) is read by a function told to ask for v1beta1, as
-    its users configure it; the shipped Composition's defaults ask for v1beta2.
-    """
-    composition = yaml.safe_load((inputs.apis / "composition.yaml").read_text())
-    step = next(
-        s
-        for s in composition["spec"]["pipeline"]
-        if s["functionRef"]["name"] in files.FUNCTION_NAMES
-    )
-    versions = step["input"].setdefault("clusterAPI", {})
-    changed = False
-    for obj in files.load_documents([inputs.required]):
-        field = CLUSTER_API_FIELDS.get(obj.get("kind", ""))
-        if field and versions.get(field) != obj["apiVersion"]:
-            versions[field] = obj["apiVersion"]
-            changed = True
-    if not changed:
-        return inputs
-    path = directory / f"{inputs.name}-composition.yaml"
-    path.write_text(yaml.safe_dump(composition, sort_keys=False))
-    return Inputs(inputs.name, inputs.late, path)
 
 
 def documents(text: str) -> list[dict[str, Any]]:

@@ -31,9 +31,8 @@ def test_there_are_legacy_examples() -> None:
 
 
 def crank_rendered(
-    case: xp.Inputs, tmp_path: Path, crank: Path, address: str
+    inputs: xp.Inputs, tmp_path: Path, crank: Path, address: str
 ) -> tuple[xp.Inputs, list[dict]]:
-    inputs = xp.served_composition(case, tmp_path)
     done = xp.crank_render(crank, address, inputs, tmp_path)
     assert done.returncode == 0, done.stderr
     return inputs, xp.documents(done.stdout)

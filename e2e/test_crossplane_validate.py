@@ -28,9 +28,8 @@ def summary(text: str) -> tuple[int, int, int, int]:
 
 
 def rendered(
-    case: xp.Inputs, tmp_path: Path, crossplane: Path, core: Path, address: str
+    inputs: xp.Inputs, tmp_path: Path, crossplane: Path, core: Path, address: str
 ) -> tuple[xp.Inputs, list[dict]]:
-    inputs = xp.served_composition(case, tmp_path)
     done = xp.crossplane_render(crossplane, core, address, inputs)
     assert done.returncode == 0, done.stderr
     return inputs, xp.resources_only(xp.documents(done.stdout))

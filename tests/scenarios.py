@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from function import files
 from function.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,18 @@ def example(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     xr = load_yaml(EXAMPLES / name / "xr.yaml")
     required = [load_yaml(p) for p in sorted((EXAMPLES / name / "required").glob("*.yaml"))]
     return xr, required
+
+
+def own_input(name: str) -> dict[str, Any]:
+    """The step input of the example's own Composition (examples/<name>/composition.yaml), if any.
+
+    examples/calico-legacy-claim has one: its CAPI objects are in the v1beta1 contract,
+    which the shipped Composition does not ask for.
+    """
+    path = EXAMPLES / name / "composition.yaml"
+    if not path.is_file():
+        return {}
+    return files.step_from_composition(files.load_documents([path]))[1]
 
 
 def find(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -49,7 +62,8 @@ class Scenario:
             self.mutate_xr(xr)
         if self.mutate_required:
             self.mutate_required(required)
-        w = World(xr, required, step_input=self.step_input, crossplane_v1=self.crossplane_v1, **kw)
+        step_input = {**own_input(self.example), **self.step_input}
+        w = World(xr, required, step_input=step_input, crossplane_v1=self.crossplane_v1, **kw)
         if staged:
             w.set_control_plane(initialized=False, available=False)
         return w

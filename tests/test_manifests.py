@@ -46,6 +46,8 @@ XRD_V2 = APIS / "v2" / "definition.yaml"
 XRD_V1 = APIS / "v1" / "definition.yaml"
 COMPOSITION_V2 = APIS / "v2" / "composition.yaml"
 COMPOSITION_V1 = APIS / "v1" / "composition.yaml"
+# The legacy example's own Composition: its CAPI objects are in the v1beta1 contract.
+EXAMPLE_COMPOSITION = EXAMPLES / "calico-legacy-claim" / "composition.yaml"
 INPUT_CRD = PACKAGE / "input" / "fn.clusterplugin.dev_inputs.yaml"
 CLUSTER_ROLE = APIS / "rbac" / "clusterrole.yaml"
 FUNCTION_NAME = "function-cluster-plugin"
@@ -108,8 +110,10 @@ def _example_xrs() -> list[tuple[Path, Path]]:
     out = []
     for scenario in SCENARIOS:
         for path in sorted(scenario.glob("*.yaml")):
-            if path.name == "functions.yaml":
-                continue  # the Function for `crossplane render`, checked in test_render
+            if path.name in {"functions.yaml", "composition.yaml"}:
+                # The Function for `crossplane render` (checked in test_render) and an
+                # example's own Composition (test_the_v1beta1_examples_composition_...).
+                continue
             obj = _load(path)
             if path.name == "claim.yaml":
                 out.append((path, XRD_V1))
@@ -377,11 +381,39 @@ def test_legacy_xr_is_the_claims_composite() -> None:
         "name": claim["metadata"]["name"],
         "namespace": claim["metadata"]["namespace"],
     }
-    assert (
-        xr["spec"]["compositionRef"]["name"]
-        == _load(COMPOSITION_V1)["metadata"]["name"]
+    # The claim selects the example's own Composition (its CAPI serves only v1beta1), and
+    # Crossplane copies the reference onto the XR.
+    own = _load(EXAMPLE_COMPOSITION)["metadata"]["name"]
+    assert claim["spec"]["compositionRef"] == {"name": own}
+    assert xr["spec"]["compositionRef"] == {"name": own}
+    assert _ours(xr["spec"]) == _ours(claim["spec"])
+
+
+def test_the_v1beta1_examples_composition_asks_for_what_its_objects_are() -> None:
+    """examples/calico-legacy-claim/composition.yaml: the shipped legacy Composition under its own
+    name, asking for Clusters and KubeadmControlPlanes in v1beta1, the version its objects are in."""
+    own, shipped = _load(EXAMPLE_COMPOSITION), _load(COMPOSITION_V1)
+    assert own["metadata"]["name"] != shipped["metadata"]["name"]
+    assert own["metadata"]["labels"] == shipped["metadata"]["labels"]
+    (step,), (shipped_step,) = own["spec"]["pipeline"], shipped["spec"]["pipeline"]
+    assert {**own["spec"], "pipeline": None} == {**shipped["spec"], "pipeline": None}
+    assert {**step, "input": None} == {**shipped_step, "input": None}
+    assert validate(own) == []
+    assert validate_with_schema(step["input"], _input_schema()) == []
+    parsed = parse_input(step["input"])
+    defaults = parse_input(shipped_step["input"])
+    assert parsed.model_copy(update={"cluster_api": defaults.cluster_api}) == defaults
+    required = {
+        o["kind"]: o["apiVersion"]
+        for o in map(_load, sorted((EXAMPLES / "calico-legacy-claim" / "required").glob("*.yaml")))
+    }
+    capi = parsed.cluster_api
+    assert (capi.cluster, capi.kubeadm_control_plane, capi.aws_cluster) == (
+        required["Cluster"],
+        required["KubeadmControlPlane"],
+        required["AWSCluster"],
     )
-    assert _ours(xr["spec"]) == claim["spec"]
+    assert capi.cluster.endswith("/v1beta1") and capi.kubeadm_control_plane.endswith("/v1beta1")
 
 
 def _cluster_namespace(scenario: Path) -> str:

@@ -29,6 +29,9 @@ def run(name: str, *args: str, xr: Path | None = None) -> tuple[int, dict[str, A
         "json",
         *args,
     ]
+    if (ex / "composition.yaml").is_file():
+        # The example's own Composition, as its README says (the versions its CAPI serves).
+        argv += ["--composition", str(ex / "composition.yaml")]
     r = CliRunner().invoke(cli, argv, catch_exceptions=False)
     return r.exit_code, json.loads(r.stdout)
 

@@ -13,7 +13,7 @@ import pytest
 
 from e2e.conftest import tool_path
 from e2e.controlplane.driver import Providers
-from e2e.controlplane.harness import ControlPlane, StartError
+from e2e.controlplane.harness import ROOT, ControlPlane, StartError
 
 _RUNNING: list[ControlPlane] = []
 
@@ -48,10 +48,14 @@ def namespaced_api(control_plane: ControlPlane, namespaced_providers: Providers)
 
 @pytest.fixture(scope="module")
 def legacy_api(control_plane: ControlPlane, legacy_providers: Providers) -> Iterator[dict]:
-    """apis/v1 installed (legacy XClusterPlugin with claim ClusterPlugin); removed after the module."""
-    composition = control_plane.install_api("v1")
-    yield composition
+    """apis/v1 installed (legacy XClusterPlugin with claim ClusterPlugin) with the legacy example's
+    own Composition beside it, which its claim selects (its CAPI objects are v1beta1); that
+    Composition. Both removed after the module, once every claim and XR is gone."""
+    control_plane.install_api("v1")
+    own = control_plane.install_composition(ROOT / "examples" / "calico-legacy-claim" / "composition.yaml")
+    yield own
     control_plane.remove_api("v1")
+    control_plane.kube.delete(own["apiVersion"], "Composition", own["metadata"]["name"])
 
 
 def _providers(control_plane: ControlPlane, *, namespaced: bool) -> Iterator[Providers]:

@@ -461,9 +461,13 @@ class ControlPlane:
 
         self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=60)
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
-        composition = yaml.safe_load((ROOT / "apis" / flavour / "composition.yaml").read_text())
+        return self.install_composition(ROOT / "apis" / flavour / "composition.yaml", ttl_waiting=ttl_waiting)
+
+    def install_composition(self, path: Path, *, ttl_waiting: str = "1s") -> dict[str, Any]:
+        """A Composition from ``path``, its step input's ``ttl.waiting`` shortened (install_api)."""
+        composition = yaml.safe_load(path.read_text())
         for step in composition["spec"]["pipeline"]:
-            step["input"]["ttl"]["waiting"] = ttl_waiting
+            step["input"].setdefault("ttl", {})["waiting"] = ttl_waiting
         self.kube.apply(composition)
         return composition
 

@@ -1,7 +1,9 @@
 """A legacy claim (apis/v1: claim ClusterPlugin, cluster-scoped XR XClusterPlugin) on real Crossplane v2.
 
 Crossplane v2 still serves apiextensions.crossplane.io/v1 XRDs (scope LegacyCluster):
-examples/calico-legacy-claim's claim in namespace platform, its cluster made by the driver.
+examples/calico-legacy-claim's claim in namespace platform, its cluster made by the driver from
+the example's v1beta1 objects; the claim selects the example's own Composition, which asks for them
+in v1beta1.
 The XR composes the cluster-scoped kinds and apiextensions.crossplane.io/v1beta1 Usages.
 """
 
