@@ -47,10 +47,6 @@ EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"
 MAX_REQUIREMENT_ITERATIONS = 5  # Crossplane's cap (xfn/required_resources.go)
 
 
-def _group(api_version: str) -> str:
-    return api_version.rpartition("/")[0]
-
-
 def selects(  # a selector's parts, as both its forms carry them
     obj: Mapping[str, Any],
     *,
@@ -63,10 +59,11 @@ def selects(  # a selector's parts, as both its forms carry them
 ) -> bool:
     """Whether Crossplane's selector picks ``obj`` (``use_namespace``: v2; 1.x ignores it).
 
-    The API server serves an object at any served version of its kind, so the
-    group and kind decide: the function copes with either shape.
+    The exact apiVersion must match: an API server answers in the version asked for
+    (converting the object), and ``crossplane render`` answers from objects as they
+    are, so an object in another version is one that version's server would not have.
     """
-    if _group(obj.get("apiVersion", "")) != _group(api_version) or obj.get("kind") != kind:
+    if obj.get("apiVersion") != api_version or obj.get("kind") != kind:
         return False
     meta = obj.get("metadata") or {}
     if use_namespace and namespace is not None and meta.get("namespace") != namespace:

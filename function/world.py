@@ -4,7 +4,10 @@ It does what Crossplane does with the function's answers, nothing more:
 - builds the RunFunctionRequest (observed XR and composed resources, step
   input) and runs the required-resources loop (at most 5 iterations), filling
   ``required_resources`` (Crossplane 2.x) or only ``extra_resources`` selected
-  by label across namespaces (Crossplane 1.x);
+  by label across namespaces (Crossplane 1.x); it holds each object in the one
+  version it was given and converts nothing, so, as ``crossplane render`` (and an
+  API server that serves only that version), it hands an object over only when
+  asked for in exactly that apiVersion;
 - on a FATAL result applies nothing and deletes nothing;
 - otherwise applies every desired composed resource, deletes every observed
   one missing from desired state (recording it), and writes the XR status and

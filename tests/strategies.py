@@ -532,7 +532,24 @@ def cluster_shapes(draw: st.DrawFn, flavour: str, cluster: str, namespace: str) 
                 o["status"]["v1beta2"] = {
                     "conditions": [{"type": "Available", "status": "True"}, {"type": "Initialized", "status": "True"}]
                 }
+    # A v1beta1 Cluster's ref names the version the control plane is read in: the World,
+    # like `crossplane render`, holds each object in one version only.
+    cluster = next(o for o in objs if o["kind"] == "Cluster")
+    ref = cluster["spec"]["controlPlaneRef"]
+    control_plane = next(o for o in objs if o["kind"] == ref["kind"])
+    if "apiVersion" in ref:
+        ref["apiVersion"] = control_plane["apiVersion"]
     return objs
+
+
+def cluster_api_input(objs: list[dict[str, Any]]) -> dict[str, str]:
+    """``Input.clusterAPI`` asking for the Cluster and KubeadmControlPlane in the versions they are in.
+
+    What a user whose CAPI serves only those versions configures: the World hands an
+    object over only in the exact version asked for.
+    """
+    fields = {"Cluster": "cluster", "KubeadmControlPlane": "kubeadmControlPlane"}
+    return {fields[o["kind"]]: o["apiVersion"] for o in objs if o["kind"] in fields}
 
 
 # --- generic JSON mutations of CAPI objects -------------------------------------

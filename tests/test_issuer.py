@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from function import files, issuer, render
 from function.main import cli
+from tests.scenarios import own_input
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -28,7 +29,7 @@ def rendered_issuer(
     out = render.render(
         files.load_one(xr or ex / "xr.yaml", "XR"),
         required=files.load_documents([ex / "required"]),
-        step_input=step_input,
+        step_input=own_input(name) if step_input is None else step_input,
     )
     assert out.fatal is None
     return str(out.documents[0]["status"]["issuerURL"])

@@ -27,7 +27,7 @@ from function.metrics import OTHER, Bounded, Metrics, PluginStates, field_label,
 from function.plan import PluginStatus
 from function.world import World
 from tests import strategies as gen
-from tests.scenarios import example
+from tests.scenarios import example, own_input
 from tests.test_serve import TLS, Server, serve
 
 P = "function_cluster_plugin"
@@ -137,7 +137,7 @@ def test_scrape_while_a_lifecycle_runs(mtls: bool, tls: TLS) -> None:
         other.run(2)
         check(srv, rec)
         assert rec.fields, "the invalid XR was not refused"
-        fixed = World(xr2, required2, runner=rec)
+        fixed = World(xr2, required2, step_input=own_input("calico-legacy-claim"), runner=rec)
         fixed.run(4)
         assert len(check(srv, rec)) and len(rec.last) == 2
 

@@ -97,6 +97,7 @@ def cases(draw: st.DrawFn, *, long_names: bool = False) -> Case:
     if long_names:
         step_input["namePrefix"] = draw(gen.name_prefixes().filter(lambda p: len(p) >= 15))
     required = draw(gen.cluster_shapes(flavour, cluster, namespace))
+    step_input.setdefault("clusterAPI", {}).update(gen.cluster_api_input(required))
     crossplane_v1 = xr_kind != "namespaced" and draw(st.booleans())
     if crossplane_v1 and flavour == "eks":
         # 1.x lists by label and kind: it must be told the control plane is EKS.

@@ -441,3 +441,53 @@ def test_functions_yaml_is_a_valid_development_function(name: str) -> None:
     assert fn["metadata"]["name"] == files.FUNCTION_NAME
     assert fn["metadata"]["annotations"]["render.crossplane.io/runtime"] == "Development"
     assert kube_schema.validate(fn) == []  # includes the CEL rule on spec.package
+
+
+# --- required resources: the exact version asked for ----------------------------------
+
+
+def _waits(docs: list[dict[str, Any]]) -> set[str]:
+    return {p.get("waitingFor", "") for p in docs[0]["status"]["plugins"]}
+
+
+@pytest.mark.parametrize("crossplane_v1", [False, True])
+def test_the_cluster_api_objects_are_handed_over_only_in_the_version_asked_for(
+    crossplane_v1: bool,
+) -> None:
+    """The legacy example's Cluster and KubeadmControlPlane are v1beta1: a function asking for
+    v1beta2 (the shipped Composition) gets neither, as from an API server that serves only
+    v1beta1 and from `crossplane render`; the example's own Composition asks for v1beta1."""
+    ex = EXAMPLES / "calico-legacy-claim"
+    v1 = ["--crossplane-v1"] if crossplane_v1 else []
+    base = ["render", str(ex / "xr.yaml"), "--required", str(ex / "required"), *v1]
+    shipped = _docs(invoke(*base, "--composition", str(ROOT / "apis/v1/composition.yaml")).stdout)
+    own = _docs(invoke(*base, "--composition", str(ex / "composition.yaml")).stdout)
+    # 2.x follows the Cluster's refs (no Cluster, no refs); 1.x lists the control plane by
+    # label at the asked version (none) and never reads the Cluster: both wait for it.
+    assert "Cluster" in _waits(shipped)
+    assert not _waits(own) & {"Cluster", "KubeadmControlPlane", "AWSCluster"}
+    assert len(own) > len(shipped)
+
+
+def test_fill_matches_the_exact_api_version() -> None:
+    """Both requirement fields: an object in another version of the same kind is not handed over."""
+    from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+    from function.cluster import fill
+
+    def kcp(version: str) -> dict[str, Any]:
+        return {
+            "apiVersion": f"controlplane.cluster.x-k8s.io/{version}",
+            "kind": "KubeadmControlPlane",
+            "metadata": {"name": f"cp-{version}", "namespace": "ns", "labels": {"l": "x"}},
+        }
+
+    asked = fnv1.Requirements()
+    for field in (asked.resources, asked.extra_resources):
+        sel = field["cp"]
+        sel.api_version, sel.kind = "controlplane.cluster.x-k8s.io/v1beta1", "KubeadmControlPlane"
+        sel.match_labels.labels["l"] = "x"
+    req = fnv1.RunFunctionRequest()
+    fill(req, asked, [kcp("v1beta2"), kcp("v1beta1")])
+    for got in (req.required_resources["cp"], req.extra_resources["cp"]):
+        assert [i.resource["metadata"]["name"] for i in got.items] == ["cp-v1beta1"]

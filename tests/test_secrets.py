@@ -407,10 +407,16 @@ def test_required_resources_are_asked_for_in_the_xrs_namespace_only(scenario: An
     gen.cluster_to(cluster_obj, "v1beta1")
     for ref in ("controlPlaneRef", "infrastructureRef"):
         cluster_obj["spec"][ref]["namespace"] = "kube-system"
+    versions = {**world.step_input.get("clusterAPI", {}), "cluster": cluster_obj["apiVersion"]}
+    world.step_input = {**world.step_input, "clusterAPI": versions}
+    control_plane = next(o for o in world.required if o["kind"] == "KubeadmControlPlane")
+    cluster_obj["spec"]["controlPlaneRef"]["apiVersion"] = control_plane["apiVersion"]
     req = world.request()
     rsp = fn.run(req)
     world._fill(req, rsp)
     rsp = fn.run(req)
+    # The Cluster was read, so its refs were followed.
+    assert {"control-plane", "infrastructure"} <= set(rsp.requirements.resources)
     for name, sel in rsp.requirements.resources.items():
         assert sel.namespace == own_ns, f"{scenario.name}: requirement {name} asks for namespace {sel.namespace!r}"
     for name, sel in rsp.requirements.extra_resources.items():
