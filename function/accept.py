@@ -70,10 +70,12 @@ class Accepted:
             step=self.step,
         )
 
-    def read_facts(self, req: fnv1.RunFunctionRequest) -> ClusterFacts:
-        """The cluster's facts in ``req``."""
+    def read_facts(
+        self, req: fnv1.RunFunctionRequest, asked: cluster.Requirements | None = None
+    ) -> ClusterFacts:
+        """The cluster's facts in ``req`` (with ``asked``: only in what this call asks for)."""
         return cluster.read_facts(
-            req, cluster_name=self.spec.cluster_name, namespace=self.namespace
+            req, cluster_name=self.spec.cluster_name, namespace=self.namespace, asked=asked
         )
 
     def context(self, facts: ClusterFacts, observed: Observed) -> Ctx:

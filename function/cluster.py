@@ -103,6 +103,10 @@ class Requirements:
     resources: dict[str, Selector]
     extra_resources: dict[str, Selector]
 
+    def asks(self, name: str) -> bool:
+        """Whether either field asks for requirement ``name``."""
+        return name in self.resources or name in self.extra_resources
+
     def write(self, out: fnv1.Requirements) -> None:
         """Fill a response's requirements."""
         for name, sel in self.resources.items():
@@ -488,22 +492,10 @@ def _sa_public_key(secret: struct_pb2.Struct | None) -> tuple[bytes | None, str 
     return pem, None
 
 
-def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: str) -> ClusterFacts:
-    """Gather the cluster facts from the request's required/extra resources."""
-    cluster = _pick(_items(req, REQ_CLUSTER)[0], namespace, cluster_name)
-    cp = _pick(_items(req, REQ_CONTROL_PLANE)[0], namespace)
-    infra = _pick(_items(req, REQ_INFRASTRUCTURE)[0], namespace)
-    secret = _pick(_items(req, REQ_SA_SECRET)[0], namespace, f"{cluster_name}-sa")
-
-    initialized = available = False
-    cp_kind = None
-    if cp is not None:
-        cp_kind = structs.str_at(cp, "kind")
-        initialized, available = control_plane_state(cp)
-    elif cluster is not None:
-        ref_kind = structs.str_at(cluster, "spec", "controlPlaneRef", "kind")
-        cp_kind = ref_kind
-
+def _network(
+    infra: struct_pb2.Struct | None, cp: struct_pb2.Struct | None
+) -> tuple[str | None, str | None, dict[str, str], dict[str, SecurityGroup]]:
+    """(region, VPC id, group overrides, CAPA's groups): the infrastructure object's first."""
     region = vpc_id = None
     overrides: dict[str, str] = {}
     managed: dict[str, SecurityGroup] = {}
@@ -521,6 +513,42 @@ def read_facts(req: fnv1.RunFunctionRequest, *, cluster_name: str, namespace: st
             managed.setdefault(role, sg)
     # A group named in securityGroupOverrides is the user's, not CAPA's.
     managed = {role: sg for role, sg in managed.items() if role not in overrides}
+    return region, vpc_id, overrides, managed
+
+
+def read_facts(
+    req: fnv1.RunFunctionRequest,
+    *,
+    cluster_name: str,
+    namespace: str,
+    asked: Requirements | None = None,
+) -> ClusterFacts:
+    """Gather the cluster facts from the request's required/extra resources.
+
+    With ``asked`` (what this call asks for), only those: Crossplane v2.4 also sends
+    again what the previous reconcile resolved, so once the Cluster is gone its control
+    plane and infrastructure object, no longer asked for, would still be read as they
+    were, not being deleted.
+    """
+
+    def items(name: str) -> list[struct_pb2.Struct]:
+        return [] if asked is not None and not asked.asks(name) else _items(req, name)[0]
+
+    cluster = _pick(items(REQ_CLUSTER), namespace, cluster_name)
+    cp = _pick(items(REQ_CONTROL_PLANE), namespace)
+    infra = _pick(items(REQ_INFRASTRUCTURE), namespace)
+    secret = _pick(items(REQ_SA_SECRET), namespace, f"{cluster_name}-sa")
+
+    initialized = available = False
+    cp_kind = None
+    if cp is not None:
+        cp_kind = structs.str_at(cp, "kind")
+        initialized, available = control_plane_state(cp)
+    elif cluster is not None:
+        ref_kind = structs.str_at(cluster, "spec", "controlPlaneRef", "kind")
+        cp_kind = ref_kind
+
+    region, vpc_id, overrides, managed = _network(infra, cp)
 
     eks_name = structs.str_at(cp, "spec", "eksClusterName") if cp is not None else None
     pem, problem = _sa_public_key(secret)

@@ -121,8 +121,9 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         accepted = accept.accept(xr, req.input)
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
-    accepted.requirements(req).write(rsp.requirements)
-    facts = accepted.read_facts(req)
+    asked = accepted.requirements(req)
+    asked.write(rsp.requirements)
+    facts = accepted.read_facts(req, asked)
     try:
         accept.refuse(accepted, facts)
     except InvalidInputError as err:

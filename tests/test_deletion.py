@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from crossplane.function import resource
 
-from function import simulate
+from function import fn, simulate
 from function.world import World, orphaned
 from tests import kube_schema
 from tests.scenarios import SCENARIOS, Scenario, by_name, example
@@ -353,3 +353,22 @@ def test_simulate_fails_a_deletion_the_function_never_sees() -> None:
     assert not sim.ok
     assert "the function never saw the cluster being deleted" in sim.problems()
     assert sim.deletions == []  # and, never having seen it, drops nothing
+
+
+def test_objects_resent_from_an_earlier_reconcile_are_not_read_once_the_cluster_is_gone() -> None:
+    """Crossplane v2.4 sends again what the previous reconcile resolved. Once the Cluster is
+    gone the function no longer asks for its control plane and infrastructure object (their
+    names come from the Cluster): copies of them as they were, not being deleted, must not
+    read as a cluster that is back (which would forget the recorded deletion)."""
+    world = by_name("selfhosted-full").world(staged=False, capabilities=True)
+    world.run(20)
+    world.delete_cluster(cascade=False)  # the Cluster alone carries a deletionTimestamp
+    world.run(2)
+    assert _record(world)["phase"] == "Deleting"
+    req = world.request()
+    for _ in range(3):
+        world._fill(req, fn.run(req))
+    assert {"cluster", "control-plane", "infrastructure"} <= set(req.required_resources)
+    del req.required_resources["cluster"].items[:]  # gone; the rest as last resolved
+    status = resource.struct_to_dict(fn.run(req).desired.composite.resource)["status"]
+    assert status["clusterDeletion"]["phase"] == "Gone", status
