@@ -236,6 +236,20 @@ def _items(req: fnv1.RunFunctionRequest, name: str) -> tuple[list[struct_pb2.Str
     return [], name in req.required_resources
 
 
+def required_objects(
+    req: fnv1.RunFunctionRequest, name: str, namespace: str | None
+) -> list[struct_pb2.Struct] | None:
+    """The objects Crossplane resolved for requirement ``name``; None if not resolved (yet).
+
+    Either field; only the objects of ``namespace`` (None: cluster-scoped objects), as
+    label-selected lists of Crossplane 1.x span namespaces.
+    """
+    items, resolved = _items(req, name)
+    if not resolved:
+        return None
+    return [i for i in items if structs.str_at(i, "metadata", "namespace") == namespace]
+
+
 def _pick(
     items: Iterable[struct_pb2.Struct], namespace: str, name: str | None = None
 ) -> struct_pb2.Struct | None:
@@ -285,7 +299,7 @@ def requirements(
     extra: dict[str, Selector] = {}
     # Crossplane >= 2.2 says what it supports; once it advertises required
     # resources there is no need to also list by label in the deprecated field.
-    if not _supports_required_resources(req):
+    if not supports_required_resources(req):
         eks = capi.legacy_control_plane_kind == EKS_CONTROL_PLANE
         cp_kind = capi.legacy_control_plane_kind
         infra_kind = "AWSManagedCluster" if eks else "AWSCluster"
@@ -300,7 +314,8 @@ def requirements(
     return Requirements(resources, extra)
 
 
-def _supports_required_resources(req: fnv1.RunFunctionRequest) -> bool:
+def supports_required_resources(req: fnv1.RunFunctionRequest) -> bool:
+    """Whether Crossplane says it resolves ``requirements.resources`` (>= 2.2)."""
     caps = req.meta.capabilities
     return fnv1.CAPABILITY_CAPABILITIES in caps and fnv1.CAPABILITY_REQUIRED_RESOURCES in caps
 

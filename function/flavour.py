@@ -40,6 +40,11 @@ KINDS: dict[str, tuple[str, str]] = {
 # The composite resource API both flavours serve (the XRDs in apis/).
 XR_GROUP = "clusterplugin.dev"
 XR_VERSION = "v1alpha1"
+# On every composed Usage: the name of the XR that composed it. Crossplane strips its own
+# crossplane.io/composite label from a composed resource before deleting it, and forgets it
+# at once while its finalizers still hold it; with this label the function finds the Usages
+# that still exist (function/plan.py, _withdraw_in_usage_order).
+USAGE_COMPOSITE_LABEL = f"{XR_GROUP}/composite"
 
 
 @dataclass(frozen=True)
@@ -201,18 +206,22 @@ class Flavour:
         fields["resourceRef"].struct_value.fields["name"].string_value = t[2]
         return ref
 
-    def usage(self, of: struct_pb2.Struct, by: struct_pb2.Struct, reason: str) -> StructWriter:
+    def usage(
+        self, of: struct_pb2.Struct, by: struct_pb2.Struct, reason: str, composite: str
+    ) -> StructWriter:
         """A Usage that blocks deletion of ``of`` while ``by`` exists (ends from ``usage_end``).
 
-        Returned as a writer of ``{"apiVersion", "kind": "Usage", "spec": {"of", "by",
-        "replayDeletion": true, "reason"}}``: a call writes up to 21 Usages, and
-        parsing the fixed part and copying the two ends, both in C, costs half of
-        writing them leaf by leaf (issue 5).
+        Returned as a writer of ``{"apiVersion", "kind": "Usage", "metadata": {"labels":
+        {USAGE_COMPOSITE_LABEL: composite}}, "spec": {"of", "by", "replayDeletion": true,
+        "reason"}}``: a call writes up to 21 Usages, and parsing the fixed parts and
+        copying the two ends, both in C, costs half of writing them leaf by leaf (issue 5).
         """
         head = _usage_head(self.api_version("Usage"), reason)
+        labels = _usage_labels(composite)
 
         def write(s: struct_pb2.Struct) -> None:
             s.MergeFromString(head)
+            s.MergeFromString(labels)
             spec = s.fields["spec"].struct_value.fields
             spec["of"].struct_value.CopyFrom(of)
             spec["by"].struct_value.CopyFrom(by)
@@ -266,6 +275,13 @@ def composite_mismatch(xr: Mapping[str, Any], type_ref: Any) -> str | None:
         f"the Composition composes {type_ref.get('apiVersion')} {want}, not the XR's "
         f"{xr.get('apiVersion')} {got}"
     )
+
+
+@functools.lru_cache(maxsize=1024)  # one XR per call: the XRs a replica serves at once
+def _usage_labels(composite: str) -> bytes:
+    labels = struct_pb2.Struct()
+    labels.update({"metadata": {"labels": {USAGE_COMPOSITE_LABEL: composite}}})
+    return labels.SerializeToString(deterministic=True)
 
 
 @functools.lru_cache(maxsize=128)  # two flavours times the Usage reasons of plan.USAGES

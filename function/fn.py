@@ -19,9 +19,10 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
 from function import accept, structs
-from function.flavour import EXTERNAL_NAME
+from function.cluster import supports_required_resources
+from function.flavour import EXTERNAL_NAME, USAGE_COMPOSITE_LABEL
 from function.graph import Observed
-from function.plan import Plan, build_plan
+from function.plan import Plan, build_plan, used_in_api
 from function.spec import InvalidInputError, StepInput
 
 _CONDITION_STATUS = {
@@ -43,6 +44,13 @@ def _carried_struct(observed: struct_pb2.Struct) -> struct_pb2.Struct:
         out.fields["metadata"].struct_value.fields["annotations"].struct_value.fields[
             EXTERNAL_NAME
         ].string_value = ext
+    # A Usage's label: Crossplane applies desired state with server-side apply, so a label
+    # left out here would be removed, and the Usage no longer found (plan.REQ_USAGES).
+    composite = structs.str_at(observed, "metadata", "labels", USAGE_COMPOSITE_LABEL)
+    if composite:
+        out.fields["metadata"].struct_value.fields["labels"].struct_value.fields[
+            USAGE_COMPOSITE_LABEL
+        ].string_value = composite
     if "spec" in observed.fields:
         out.fields["spec"].CopyFrom(observed.fields["spec"])
     return out
@@ -128,8 +136,15 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         accept.refuse(accepted, facts)
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
-    plan = build_plan(accepted.context(facts, Observed(req.observed.resources)), xr)
+    # A legacy XR's Usages are cluster-scoped; a namespaced XR's are in its namespace.
+    usages_namespace = accepted.namespace if accepted.namespaced else None
+    observed = Observed(req.observed.resources, used_in_api(req, usages_namespace))
+    plan = build_plan(accepted.context(facts, observed), xr)
     _write(rsp, plan, accepted.step, target)
+    for name, selector in plan.requirements.items():
+        selector.write(rsp.requirements.resources[name])
+        if not supports_required_resources(req):
+            selector.write(rsp.requirements.extra_resources[name])
     if log is not None and plan.results:
         # Only on transitions, like the results themselves.
         for res in plan.results:

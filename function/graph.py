@@ -257,8 +257,15 @@ class Observed:
     read by gates, builders, Usages and the status alike (issue 5).
     """
 
-    def __init__(self, resources: Mapping[str, fnv1.Resource]) -> None:
+    def __init__(
+        self,
+        resources: Mapping[str, fnv1.Resource],
+        used_in_api: frozenset[tuple[str, str, str]] | None = None,
+    ) -> None:
         self._resources = resources
+        # (apiVersion, kind, name) of what the Usages that exist in the API server use,
+        # Crossplane's forgotten ones included; None when the function did not ask for them.
+        self.used_in_api = used_in_api
         self._objs: dict[str, struct_pb2.Struct | None] = {}
         self._ready: dict[str, bool] = {}
         self._arns: dict[str, str | None] = {}

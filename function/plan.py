@@ -20,11 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function import deletion, structs
 from function.addons import security_groups
-from function.flavour import StructWriter
+from function.cluster import Selector, required_objects
+from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
     ConditionOut,
     Ctx,
@@ -44,6 +46,10 @@ PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for
 STATUS_WRITERS = tuple(a.status for a in ADDONS if a.status is not None)
 # A Usage's composition-resource-name -> (by, of).
 USAGE_ENDS: dict[str, tuple[str, str]] = {f"usage-{u.by}-{u.of}": (u.by, u.of) for u in USAGES}
+# What some Usage may use: withdrawn only once no Usage of it is left in the API server.
+MAY_BE_USED = frozenset(of for _, of in USAGE_ENDS.values())
+# The requirement that lists the XR's Usages while something that may be used is withdrawn.
+REQ_USAGES = "usages"
 
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
@@ -101,6 +107,8 @@ class Plan:
     conditions: list[ConditionOut] = field(default_factory=list)
     results: list[ResultOut] = field(default_factory=list)
     all_ready: bool = False
+    # Required resources to ask for on top of the cluster's (REQ_USAGES).
+    requirements: dict[str, Selector] = field(default_factory=dict)
 
 
 def _helm_provider_config(ctx: Ctx) -> dict[str, Any]:
@@ -205,7 +213,7 @@ def _plugin_phase(
     )
 
 
-def _usages(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
+def _usages(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
     ends: dict[str, struct_pb2.Struct] = {}  # a node is the end of up to 5 Usages
 
     def end(node: str, ref: tuple[str, str, str]) -> struct_pb2.Struct:
@@ -219,14 +227,14 @@ def _usages(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
         name = f"usage-{by}-{of}"
         by_ref, of_ref = ctx.observed.ref(by), ctx.observed.ref(of)
         if by_ref is not None and of_ref is not None:
-            body = ctx.flavour.usage(end(of, of_ref), end(by, by_ref), reason)
+            body = ctx.flavour.usage(end(of, of_ref), end(by, by_ref), reason, composite)
             plan.resources.append(DesiredResource(name, ready=True, body=body))
         elif ctx.observed.exists(name):
             # An end is briefly unobserved: keep the Usage exactly as it was.
             plan.resources.append(DesiredResource(name, ready=True, carried=ctx.observed.get(name)))
 
 
-def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
+def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
     """Withdraw what is no longer wanted one layer per reconcile, in Usage order.
 
     Crossplane deletes the composed resources a function stops emitting in no particular
@@ -238,11 +246,15 @@ def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
     carried over unchanged while any Usage of it is observed, and a Usage is carried over
     while its user is itself being withdrawn and still observed: users go first, then
     their Usages, then what they used.
+
+    Crossplane stops observing a resource as soon as it deletes it, while its finalizers
+    keep it (and the usage webhook still counts a Usage) a little longer. So before a
+    resource some Usage may use goes, the function asks for the XR's Usages that still
+    exist (REQ_USAGES, by USAGE_COMPOSITE_LABEL) and carries it while one of them uses it.
     """
     observed = ctx.observed
     names = observed.names()
-    used = {USAGE_ENDS[n][1] for n in names if n in USAGE_ENDS}
-    carry = [n for n in names if n not in wanted and n in used]
+    carry = _still_used(ctx, plan, [n for n in names if n not in wanted], composite)
     for name in names:
         ends = USAGE_ENDS.get(name)
         if ends is None or name in wanted:
@@ -258,6 +270,53 @@ def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str]) -> None:
         plan.resources.append(
             DesiredResource(name, observed.ready(name, readiness), carried=carried)
         )
+
+
+def _still_used(ctx: Ctx, plan: Plan, unwanted: list[str], composite: str) -> list[str]:
+    """Those of ``unwanted`` a Usage still uses: observed, or (REQ_USAGES) in the API server."""
+    observed = ctx.observed
+    used = {USAGE_ENDS[n][1] for n in observed.names() if n in USAGE_ENDS}
+    out = []
+    for name in unwanted:
+        if name in used:
+            out.append(name)
+        elif name in MAY_BE_USED:
+            plan.requirements[REQ_USAGES] = _usages_selector(ctx, composite)
+            in_api = observed.used_in_api
+            if in_api is None or observed.ref(name) in in_api:
+                out.append(name)  # until the API server is seen to hold no Usage of it
+    return out
+
+
+def _usages_selector(ctx: Ctx, composite: str) -> Selector:
+    """The XR's Usages, those Crossplane has forgotten and still deletes included."""
+    return Selector(
+        ctx.flavour.api_version("Usage"),
+        "Usage",
+        match_labels=((USAGE_COMPOSITE_LABEL, composite),),
+        namespace=ctx.facts.namespace if ctx.flavour.namespaced else None,
+    )
+
+
+def used_in_api(
+    req: fnv1.RunFunctionRequest, namespace: str | None
+) -> frozenset[tuple[str, str, str]] | None:
+    """(apiVersion, kind, name) of what the Usages Crossplane resolved for REQ_USAGES use.
+
+    ``namespace``: the XR's (its Usages are namespaced), None for a legacy XR. None when
+    Crossplane has not resolved the requirement.
+    """
+    usages = required_objects(req, REQ_USAGES, namespace)
+    if usages is None:
+        return None
+    return frozenset(
+        (
+            structs.str_at(u, "spec", "of", "apiVersion") or "",
+            structs.str_at(u, "spec", "of", "kind") or "",
+            structs.str_at(u, "spec", "of", "resourceRef", "name") or "",
+        )
+        for u in usages
+    )
 
 
 def _summary(plugins: list[PluginStatus]) -> ConditionOut:
@@ -331,7 +390,7 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
             plan.results.append(ResultOut(cond.event, cond.reason, cond.message))
 
 
-def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None) -> None:
+def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None, composite: str) -> None:
     """Input.protectCluster: the helm ProviderConfig uses the CAPI Cluster.
 
     See docs/architecture.md, "The cluster's own deletion".
@@ -353,6 +412,7 @@ def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None) -> None:
                     ctx.flavour.usage_end(by),
                     "the add-ons are uninstalled through this ProviderConfig before the "
                     "cluster may go",
+                    composite,
                 ),
             )
         )
@@ -417,6 +477,10 @@ def _deleted_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessme
     return plan
 
 
+def _composite(xr: struct_pb2.Struct) -> str:
+    return structs.str_at(xr, "metadata", "name") or ""
+
+
 def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
     """Compute the desired state, status, conditions and results of one call."""
     assessment = deletion.assess(
@@ -455,9 +519,10 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
                 held.append((node, wait))
         plan.held_back = plan.held_back or bool(held)
         plan.plugins.append(_plugin_status(ctx, plugin, held, emit.emitted))
-    _usages(ctx, plan, wanted)
-    _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources})
-    _protect_cluster(ctx, plan, hold_new)
+    composite = _composite(xr)
+    _usages(ctx, plan, wanted, composite)
+    _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources}, composite)
+    _protect_cluster(ctx, plan, hold_new, composite)
 
     sg = security_groups.report(ctx, emit.emitted)
     plan.conditions = [

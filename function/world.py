@@ -10,9 +10,13 @@ It does what Crossplane does with the function's answers, nothing more:
   asked for in exactly that apiVersion;
 - on a FATAL result applies nothing and deletes nothing;
 - otherwise applies every desired composed resource, deletes every observed
-  one missing from desired state (recording it), and writes the XR status and
-  conditions (Ready from composed readiness, overridden by the desired
-  composite's ``ready``);
+  one missing from desired state (recording it, and whether a Usage of it was
+  still there: Crossplane's usage webhook refuses such a deletion, and a Usage
+  deleted in the same go no longer keeps the order), and writes the XR status
+  and conditions (Ready from composed readiness, overridden by the desired
+  composite's ``ready``); a Usage it deletes is no longer observed, but its
+  finalizers keep it in the API server (where the webhook and the function's
+  required resources still find it) through the next reconcile;
 and what the providers do: a composed resource turns Ready a few reconciles
 after it is created (or never, while a fault holds it down) and reports an ARN;
 a helm Release deleted without the orphan policy is uninstalled while the
@@ -63,6 +67,8 @@ class Reconcile:
     step: int
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    # Deleted while a composed Usage of it was observed (see World.deleted_in_use).
+    deleted_in_use: list[str] = field(default_factory=list)
     desired: list[str] = field(default_factory=list)
     fatal: str | None = None
     xr_ready: bool = False
@@ -90,6 +96,10 @@ def _assign_uid(obj: dict[str, Any], generation: int) -> None:
         seed = f"{meta.get('namespace')}/{meta.get('name')}/{generation}"
         digest = hashlib.sha256(seed.encode()).hexdigest()
         meta["uid"] = f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def _ref(obj: dict[str, Any]) -> tuple[str, str, str]:
+    return obj.get("apiVersion", ""), obj.get("kind", ""), obj.get("metadata", {}).get("name", "")
 
 
 def orphaned(release: dict[str, Any]) -> bool:
@@ -204,6 +214,12 @@ class World:
             or "us-east-1"
         )
         self.deletions: list[tuple[int, str]] = []
+        # Deleted while a Usage of it was observed: (reconcile, name). Crossplane's usage
+        # webhook refuses such a deletion; deleting the Usage in the same go strips its
+        # protection first, so the order it stood for is lost either way.
+        self.deleted_in_use: list[tuple[int, str]] = []
+        # Usages deleted but held by their finalizers: (reconcile deleted at, object).
+        self.lingering: list[tuple[int, dict[str, Any]]] = []
         # Releases deleted with a helm uninstall, and those stuck uninstalling from a
         # cluster that is gone: (reconcile, name).
         self.uninstalls: list[tuple[int, str]] = []
@@ -323,7 +339,8 @@ class World:
         return req
 
     def _fill(self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> None:
-        fill(req, rsp.requirements, self._visible_required(), crossplane_v1=self.crossplane_v1)
+        in_api = self._visible_required() + self._usages()
+        fill(req, rsp.requirements, in_api, crossplane_v1=self.crossplane_v1)
 
     def call(self) -> tuple[fnv1.RunFunctionResponse, int]:
         """Run the function through the required-resources loop; (final response, iterations)."""
@@ -353,8 +370,38 @@ class World:
             return rec
         desired = dict(rsp.desired.resources.items())
         rec.desired = sorted(desired)
-        for name in sorted(set(self.composed) - set(desired)):
+        self._delete_undesired(rec, set(desired))
+        all_ready = True
+        for name, r in desired.items():
+            body = resource.struct_to_dict(r.resource)
+            if name in self.composed:
+                c = self.composed[name]
+                c.obj["spec"] = body.get("spec", {})
+                meta = body.get("metadata", {})
+                if "annotations" in meta:
+                    c.obj["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+                # Server-side apply: a label the function no longer sets is removed (the
+                # World's objects carry no labels but the function's).
+                c.obj["metadata"].pop("labels", None)
+                if "labels" in meta:
+                    c.obj["metadata"]["labels"] = dict(meta["labels"])
+            else:
+                c = self._create(name, body)
+                rec.created.append(name)
+            all_ready = all_ready and r.ready == fnv1.READY_TRUE
+        self._write_xr(rsp, all_ready=all_ready)
+        rec.xr_ready = self.xr_ready
+        self.history.append(rec)
+        self._tick()
+        return rec
+
+    def _delete_undesired(self, rec: Reconcile, desired: set[str]) -> None:
+        in_use = self._used()
+        for name in sorted(set(self.composed) - desired):
             c = self.composed[name]
+            if _ref(c.obj) in in_use:
+                rec.deleted_in_use.append(name)
+                self.deleted_in_use.append((self.step, name))
             if c.obj.get("kind") == "Release" and not orphaned(c.obj):
                 if self.cluster_gone:
                     # provider-helm cannot reach the cluster: the Release never finalizes.
@@ -366,25 +413,22 @@ class World:
             del self.composed[name]
             rec.deleted.append(name)
             self.deletions.append((self.step, name))
-        all_ready = True
-        for name, r in desired.items():
-            body = resource.struct_to_dict(r.resource)
-            if name in self.composed:
-                c = self.composed[name]
-                c.obj["spec"] = body.get("spec", {})
-                meta = body.get("metadata", {})
-                for key in ("annotations", "labels"):
-                    if key in meta:
-                        c.obj["metadata"].setdefault(key, {}).update(meta[key])
-            else:
-                c = self._create(name, body)
-                rec.created.append(name)
-            all_ready = all_ready and r.ready == fnv1.READY_TRUE
-        self._write_xr(rsp, all_ready=all_ready)
-        rec.xr_ready = self.xr_ready
-        self.history.append(rec)
-        self._tick()
-        return rec
+            if c.obj.get("kind") == "Usage":
+                self.lingering.append((self.step, c.obj))
+
+    def _usages(self) -> list[dict[str, Any]]:
+        """The Usages in the API server: composed ones and those still being deleted."""
+        composed = [c.obj for c in self.composed.values() if c.obj.get("kind") == "Usage"]
+        return composed + [obj for _, obj in self.lingering]
+
+    def _used(self) -> set[tuple[str, str, str]]:
+        """(apiVersion, kind, name) of every resource a Usage in the API server uses."""
+        out = set()
+        for usage in self._usages():
+            of = usage.get("spec", {}).get("of", {})
+            name = of.get("resourceRef", {}).get("name", "")
+            out.add((of.get("apiVersion", ""), of.get("kind", ""), name))
+        return out
 
     def _create(self, name: str, body: dict[str, Any]) -> Composed:
         meta = body.setdefault("metadata", {})
@@ -432,6 +476,8 @@ class World:
         status["conditions"] = conditions
 
     def _tick(self) -> None:
+        # The usage controller lets a deleted Usage go once it has seen it deleted.
+        self.lingering = [(at, obj) for at, obj in self.lingering if at == self.step]
         for c in self.composed.values():
             c.ready = (
                 c.name not in self.held_down

@@ -210,18 +210,59 @@ def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
     world = by_name("selfhosted-full").world(staged=False)
     world.run(15)
     del world.xr["spec"]["networking"]
-    first, second = world.run(2)
-    # The usages that pointed at the CNI go first, so its deletion is never refused.
+    first, second, third = world.run(3)
+    # The usages that pointed at the CNI go first; the CNI once the API server holds none
+    # of them any more (their finalizers kept them a reconcile longer), so its deletion is
+    # never refused.
     assert {n for n in first.deleted if "cni-release" in n} == {
         n for n in first.deleted if n.startswith("usage-") and n.endswith("-cni-release")
     }
-    assert "cni-release" in second.deleted
+    assert "cni-release" not in second.deleted
+    assert "cni-release" in third.deleted
     later = [n for r in world.run(3) for n in r.deleted]
     assert not any(
-        n in first.deleted + second.deleted + later
+        n in first.deleted + second.deleted + third.deleted + later
         for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
     )
     assert all("cni-release" not in n for n in world.composed)
+    assert world.deleted_in_use == []
+
+
+@pytest.mark.parametrize(
+    ("name", "api_version", "namespace"),
+    [
+        ("selfhosted-full", "protection.crossplane.io/v1beta1", "team-a"),
+        ("selfhosted-legacy-xr-v1", "apiextensions.crossplane.io/v1beta1", None),
+    ],
+)
+def test_a_used_resource_waits_until_no_usage_of_it_is_left_in_the_api_server(
+    name: str, api_version: str, namespace: str | None
+) -> None:
+    """Crossplane forgets a Usage it deletes at once, while its finalizers keep it (and the
+    usage webhook still counts it) a little longer: the function asks for the XR's Usages
+    by their label while something they may use is withdrawn, and only then."""
+    world = by_name(name).world(staged=False)
+    world.run(15)
+    assert "usages" not in world.history[-1].response.requirements.resources
+    del world.xr["spec"]["storage"]["efs"]
+    recs = world.run(6)
+    deleted_at = {n: r.step for r in recs for n in r.deleted}
+    usage = "usage-efs-release-efs-role"
+    # The Usage went a reconcile after its user, and lingered through the next one.
+    assert deleted_at[usage] == deleted_at["efs-release"] + 1
+    held = next(r for r in recs if r.step == deleted_at[usage] + 1)
+    assert "efs-role" in held.desired and "efs-role" not in held.deleted
+    asked = held.response.requirements
+    selectors = [asked.extra_resources["usages"]] if world.crossplane_v1 else [asked.resources["usages"]]
+    for sel in selectors:
+        assert (sel.api_version, sel.kind) == (api_version, "Usage")
+        assert dict(sel.match_labels.labels) == {"clusterplugin.dev/composite": world.xr["metadata"]["name"]}
+        assert (sel.namespace if sel.HasField("namespace") else None) == namespace
+    assert deleted_at["efs-role"] == deleted_at[usage] + 2
+    assert world.deleted_in_use == []
+    # Done: nothing that may be used is withdrawn, nothing more is asked for.
+    assert "usages" not in recs[-1].response.requirements.resources
+    assert "usages" not in recs[-1].response.requirements.extra_resources
 
 
 def test_crossplane_v1_reads_only_extra_resources() -> None:
