@@ -20,10 +20,16 @@ the function watches the CAPI cluster itself and, call by call, decides:
   its place) after a recorded deletion: as ``DELETING``, until a second call in a
   row finds it gone and every observed Release has been seen with the orphan
   policy.
-- ``DELETED``: then nothing is emitted, so
-  Crossplane deletes the AWS resources (in Usage order) and forgets the
-  Releases without an uninstall. The XR stays empty until a Cluster of that
-  name appears again once everything is gone: then it starts from scratch.
+- ``DELETED``: then nothing is wanted any more, and what was composed is
+  withdrawn one layer per reconcile in Usage order, as a removed plugin is: a
+  resource is still emitted while a Usage of it is observed, a Usage while its
+  user is. Crossplane deletes what is no longer emitted in no particular order
+  and stops at the first deletion its usage webhook refuses, so dropping it all
+  at once would end in refused deletions and Usages deleted before their users.
+  The Releases, which nothing uses, go first and are forgotten without an
+  uninstall; then the AWS resources, layer by layer. The XR stays empty until a
+  Cluster of that name appears again once everything is gone (a new Cluster that
+  appears during the withdrawal waits for its end): then it starts from scratch.
 
 The record (``status.clusterDeletion``) is the function's only memory between
 calls: it is read from the observed XR and written again on every call.
@@ -80,7 +86,7 @@ class Assessment:
     @property
     def orphan_releases(self) -> bool:
         """Releases are emitted with the orphan policy (no helm uninstall on deletion)."""
-        return self.stage in {Stage.MISSING, Stage.DELETING, Stage.GONE}
+        return self.stage is not Stage.PRESENT
 
     @property
     def hold_new(self) -> bool:
@@ -88,8 +94,8 @@ class Assessment:
         return self.stage in {Stage.DELETING, Stage.GONE}
 
     @property
-    def drop_all(self) -> bool:
-        """Nothing is emitted: Crossplane deletes what was composed."""
+    def withdraw_all(self) -> bool:
+        """Nothing is wanted: what was composed is withdrawn in Usage order."""
         return self.stage is Stage.DELETED
 
 

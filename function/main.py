@@ -321,7 +321,7 @@ def render_cmd(
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
-    default=30,
+    default=40,
     show_default=True,
     help="Reconciles to play at most.",
 )
@@ -374,7 +374,7 @@ def render_cmd(
     metavar="N",
     help="Delete the CAPI cluster at reconcile N (the Cluster first, its control plane and "
     "infrastructure from N+1) and play what follows: Releases orphaned, AWS resources kept "
-    "while the cluster exists, everything dropped once it is gone.",
+    "while the cluster exists, everything deleted in Usage order once it is gone.",
 )
 @click.option(
     "--cluster-gone-after",
@@ -420,8 +420,8 @@ def simulate_cmd(
     when it became Ready; then when the XR became Ready and every deletion. Exits 1
     if the XR is not Ready at the end (or never was), anything was deleted, or the
     function returned FATAL. With --delete-cluster-at it plays the cluster's deletion
-    and exits 1 if anything was deleted while the cluster existed, a Release was
-    uninstalled, or anything was left once it was gone.
+    and exits 1 if anything was deleted while the cluster existed or while a Usage of it
+    was still there, a Release was uninstalled, or anything was left once it was gone.
     """
     from function import files, simulate  # noqa: PLC0415
 

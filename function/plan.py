@@ -237,6 +237,9 @@ def _usages(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
 def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
     """Withdraw what is no longer wanted one layer per reconcile, in Usage order.
 
+    What is no longer wanted: a removed plugin's resources, or everything once the
+    cluster is gone (``_withdrawal_plan``).
+
     Crossplane deletes the composed resources a function stops emitting in no particular
     order, stops at the first deletion its usage webhook refuses, and strips the composite
     label from each first, so a Usage it deletes that way no longer waits for its user
@@ -433,7 +436,8 @@ def _deleting_summary(ctx: Ctx, assessment: deletion.Assessment) -> ConditionOut
     if assessment.stage is deletion.Stage.GONE:
         message = (
             f"Cluster {ctx.facts.namespace}/{ctx.spec.cluster_name}{uid} is gone: what was "
-            "composed is dropped once every Release is observed with the orphan policy"
+            "composed is deleted in Usage order once the next call finds it gone too and "
+            "every Release is observed with the orphan policy"
         )
     else:
         message = (
@@ -444,35 +448,53 @@ def _deleting_summary(ctx: Ctx, assessment: deletion.Assessment) -> ConditionOut
     return ConditionOut("PluginsReady", "False", CLUSTER_DELETING, message, event="Warning")
 
 
-def _deleted_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessment) -> Plan:
-    """Nothing composed: Crossplane deletes it all, the Releases without an uninstall."""
+def _withdrawal_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessment) -> Plan:
+    """Nothing wanted: what was composed is withdrawn in Usage order, then nothing is composed.
+
+    PluginsReady says ClusterDeleting while anything composed is still observed and
+    ClusterDeleted once nothing is: only then is it safe to delete the XR and done.
+    """
     name = f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"
     uid = assessment.record.uid if assessment.record is not None else ""
     gone = f"Cluster {name}{f' (uid {uid})' if uid else ''} was deleted"
     plan = Plan(held_back=True)
+    _withdraw_in_usage_order(ctx, plan, set(), _composite(xr))
+    left = len(ctx.observed.names())
     plan.status = {"plugins": []}
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
-    plan.conditions = [
-        ConditionOut(
+    if left:
+        reason = CLUSTER_DELETING
+        summary = ConditionOut(
             "PluginsReady",
             "False",
-            CLUSTER_DELETED,
+            reason,
+            f"{gone}: what this ClusterPlugin composed is being deleted in Usage order, one "
+            f"layer at a time (the Releases without an uninstall); {left} composed "
+            f"resource(s) left: {left - len(plan.resources)} being deleted, "
+            f"{len(plan.resources)} kept until what uses them is gone",
+            event="Warning",
+        )
+    else:
+        reason = CLUSTER_DELETED
+        summary = ConditionOut(
+            "PluginsReady",
+            "False",
+            reason,
             f"{gone}: what this ClusterPlugin composed is deleted (the Releases without an "
             "uninstall); a new Cluster of that name starts it again",
             event="Normal",
-        ),
-        ConditionOut("SecurityGroupsReady", "Unknown", CLUSTER_DELETED, gone),
-    ]
+        )
+    plan.conditions = [summary, ConditionOut("SecurityGroupsReady", "Unknown", reason, gone)]
     # The add-ons' own conditions say the same, so none stays at its last value.
     plan.conditions += [
-        ConditionOut(a.condition(ctx, {}).type, "Unknown", CLUSTER_DELETED, gone)
+        ConditionOut(a.condition(ctx, {}).type, "Unknown", reason, gone)
         for a in ADDONS
         if a.condition is not None
     ]
     # Quiet once everything is gone: only a new cluster changes anything.
-    plan.all_ready = not ctx.observed.names()
+    plan.all_ready = not left
     _transitions(xr, plan)
     return plan
 
@@ -490,10 +512,10 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
         ctx.observed.resources,
         ctx.flavour,
     )
-    if assessment.drop_all:
-        return _deleted_plan(ctx, xr, assessment)
     if assessment.orphan_releases:
         ctx.flavour = dataclasses.replace(ctx.flavour, orphan_releases=True)
+    if assessment.withdraw_all:
+        return _withdrawal_plan(ctx, xr, assessment)
     hold_new = None
     if assessment.hold_new:
         hold_new = Wait(

@@ -24,7 +24,9 @@ infrastructure object too, and ``cluster_gone_after`` reconciles after it the
 cluster is gone. The run then passes if nothing was deleted while the cluster
 existed, every Release took the orphan policy within two reconciles of the
 function seeing the deletion, nothing was uninstalled (or left hanging in an
-uninstall), and everything composed was dropped once the cluster was gone.
+uninstall), and everything composed was deleted once the cluster was gone, over
+a few reconciles in Usage order: nothing while a Usage of it was still there
+(Crossplane's usage webhook would refuse it).
 
 Stopping early: once the XR is Ready, every scheduled event (control-plane
 transitions, faults) is over and ``SETTLE_STEPS`` reconciles in a row changed
@@ -35,6 +37,7 @@ nothing, the run stops: the remaining reconciles would print identical lines.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,7 +99,7 @@ def parse_fault(text: str) -> Fault:
 class Settings:
     """The schedule of one simulation."""
 
-    steps: int = 30
+    steps: int = 40
     initialized_at: int = 3
     available_at: int = 8
     ready_delay: int = 1
@@ -238,6 +241,8 @@ class Simulation:
     uninstalls: list[tuple[int, str]] = field(default_factory=list)
     hung: list[tuple[int, str]] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
+    # Deleted while a Usage of it was still there (World.deleted_in_use).
+    deleted_in_use: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def last_step(self) -> int:
@@ -294,6 +299,12 @@ class Simulation:
         if early:
             listed = ", ".join(f"{name} (reconcile {step})" for step, name in early)
             out.append(f"deleted while the cluster existed: {listed}")
+        if self.deleted_in_use:
+            listed = ", ".join(f"{name} (reconcile {step})" for step, name in self.deleted_in_use)
+            out.append(
+                "deleted while a Usage of it was still there (Crossplane's usage webhook "
+                f"refuses that): {listed}"
+            )
         if self.uninstalls:
             out.append(f"{len(self.uninstalls)} Release(s) uninstalled instead of forgotten")
         if self.hung:
@@ -305,7 +316,15 @@ class Simulation:
                 "the Releases did not all take the orphan policy within two reconciles of "
                 f"the deletion being seen (reconcile {self.deletion_recorded_at})"
             )
-        if self.last_step >= gone_at and self.left:
+        # The withdrawal holds a layer for a reconcile while a deleted Usage lingers, so one
+        # quiet reconcile does not mean it is over.
+        lately = any(step >= self.last_step - 1 for step, _ in self.deletions)
+        if self.last_step >= gone_at and self.left and lately:
+            out.append(
+                f"the run ended while {len(self.left)} composed resource(s) were still being "
+                "deleted in Usage order: play more reconciles (--steps)"
+            )
+        elif self.last_step >= gone_at and self.left:
             out.append(f"{len(self.left)} composed resource(s) left after the cluster was gone")
         elif self.last_step < gone_at:
             out.append(f"the run ended before the cluster was gone (reconcile {gone_at})")
@@ -345,6 +364,7 @@ class Simulation:
             "uninstalls": [{"step": step, "name": name} for step, name in self.uninstalls],
             "hung": [{"step": step, "name": name} for step, name in self.hung],
             "left": self.left,
+            "deletedInUse": [{"step": step, "name": name} for step, name in self.deleted_in_use],
             "ok": self.ok,
             "problems": self.problems(),
             "waitingAtEnd": self.waits_at_end(),
@@ -511,6 +531,7 @@ class Simulator:
             if name in sim.nodes:
                 sim.nodes[name].deletion = "hung uninstalling"
         sim.uninstalls, sim.hung = list(world.uninstalls), list(world.hung)
+        sim.deleted_in_use = list(world.deleted_in_use)
         sim.left = sorted(world.composed)
         if self.settings.delete_cluster_at is None:
             return
@@ -648,7 +669,13 @@ def summary_lines(sim: Simulation) -> list[str]:
         if sim.deletions:
             first = min(step for step, _ in sim.deletions)
             last = max(step for step, _ in sim.deletions)
-            lines.append(f"  {len(sim.deletions)} at reconciles {first}-{last}")
+            per_step = Counter(step for step, _ in sim.deletions)
+            counts = ", ".join(str(per_step[step]) for step in range(first, last + 1))
+            lines.append(f"  over reconciles {first}-{last}: {counts}")
+            lines.append(
+                "  deleted while a Usage of it was still there: "
+                f"{len(sim.deleted_in_use) or 'none'}"
+            )
     else:
         lines.append(f"deletions: {len(sim.deletions)}")
         lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
@@ -743,7 +770,7 @@ def run_plain(simulator: Simulator, echo: Callable[[str], None]) -> Simulation:
 def _ok_line(sim: Simulation) -> str:
     if sim.settings.delete_cluster_at is not None:
         return (
-            "OK: nothing deleted while the cluster existed, no uninstall, everything dropped "
-            "once it was gone"
+            "OK: nothing deleted while the cluster existed, no uninstall, everything deleted "
+            "in Usage order once it was gone"
         )
     return "OK: the XR became Ready and nothing was deleted"

@@ -90,7 +90,8 @@ class ClusterDeletion(_Status):
         description=(
             "Deleting: the Cluster is being deleted; the Releases are orphaned (no helm "
             "uninstall) and the AWS resources kept. Gone: the Cluster is no longer found. "
-            "Deleted: everything composed is dropped, the Releases without an uninstall."
+            "Deleted: everything composed is deleted in Usage order, the Releases without an "
+            "uninstall (PluginsReady turns ClusterDeleted once nothing is left)."
         ),
     )
 

@@ -1,4 +1,4 @@
-"""The cluster's own deletion (docs/architecture.md, "The cluster's own deletion"): orphan, keep, drop, start over; never hang."""
+"""The cluster's own deletion (docs/architecture.md, "The cluster's own deletion"): orphan, keep, withdraw in Usage order, start over; never hang."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from crossplane.function import resource
 
 from function import fn, simulate
-from function.world import World, orphaned
+from function.plan import USAGE_ENDS
+from function.world import Reconcile, World, orphaned
 from tests import kube_schema
 from tests.scenarios import SCENARIOS, Scenario, by_name, example
 
@@ -27,6 +28,34 @@ AWS_KINDS = {
     "RolePolicyAttachment",
     "SecurityGroupIngressRule",
 }
+
+
+# Reconciles the withdrawal may take once it begins: one per layer of the Usage graph, and
+# one more before what a Usage used, while the Usage's finalizers still hold it (thirteen
+# for the full example: the add-on releases, their Usages, [held], cert-manager and the
+# roles, their Usages, [held], the CNI, its Usage of its role, [held], that role, its Usage
+# of the OIDC provider, [held], the provider), with room to spare.
+WITHDRAWAL_RECONCILES = 16
+
+
+def _withdraw(world: World) -> list[Reconcile]:
+    """Reconcile until nothing composed is left; the reconciles that withdrew it."""
+    recs = []
+    for _ in range(WITHDRAWAL_RECONCILES):
+        recs.append(world.reconcile())
+        if not world.composed:
+            break
+    assert world.composed == {}, f"left after {len(recs)} reconciles: {sorted(world.composed)}"
+    return recs
+
+
+def _assert_usage_order(world: World, recs: list[Reconcile]) -> None:
+    """Nothing deleted while a Usage of it was there; each Usage after its user, before what it used."""
+    assert world.deleted_in_use == []
+    deleted_at = {n: r.step for r in recs for n in r.deleted}
+    for usage, (by, of) in USAGE_ENDS.items():
+        if usage in deleted_at:
+            assert deleted_at[by] < deleted_at[usage] < deleted_at[of], (usage, deleted_at)
 
 
 def _ready_world(scenario: Scenario) -> World:
@@ -96,14 +125,29 @@ def test_cluster_first_orphan_keep_then_drop_without_uninstall(scenario: Scenari
     assert set(world.composed) == composed
     assert world.deletions == []
 
+    releases = {c.name for c in _releases(world)}
     world.remove_cluster()
-    for _ in range(2):
-        world.reconcile()
-    assert world.composed == {}, sorted(world.composed)
+    seen_gone = world.reconcile()  # once: it may be a read that missed
+    assert seen_gone.deleted == [] and _record(world)["phase"] == "Gone"
+    recs = _withdraw(world)
     assert {n for _, n in world.deletions} == composed
     assert world.uninstalls == [] and world.hung == []
+    # Over a few reconciles, in Usage order: the Releases nothing uses first (forgotten),
+    # never anything while a Usage of it is there.
+    assert len(recs) > 2
+    _assert_usage_order(world, recs)
+    used = {of for by, of in USAGE_ENDS.values()}
+    assert releases - used and releases - used <= set(recs[0].deleted)
+    # The XR says what is going on: ClusterDeleting counting what is left, then ClusterDeleted.
+    for rec in recs:
+        assert rec.ttl == world.history[0].ttl  # waiting, not ready, TTL
+    for rec in recs[:-1]:
+        summary = next(c for c in rec.response.conditions if c.type == "PluginsReady")
+        assert summary.reason == "ClusterDeleting", summary
+        assert "being deleted in Usage order" in summary.message
     assert _record(world)["phase"] == "Deleted"
     assert kube_schema.xr_status_errors(world.xr["kind"], world.xr["status"]) == []
+    world.reconcile()  # nothing is left: the end is seen
     cond = _condition(world, "PluginsReady")
     assert (cond["status"], cond["reason"]) == ("False", "ClusterDeleted")
     assert world.xr["status"]["plugins"] == [] and "roleARNs" not in world.xr["status"]
@@ -127,8 +171,11 @@ def test_a_deletion_settles_in_few_reconciles() -> None:
         assert sim.deletion_recorded_at == (15 if scenario.crossplane_v1 else 14)
         assert sim.orphaned_at == sim.deletion_recorded_at + 1
         drops = {step for step, _ in sim.deletions}
-        # Gone from 18: seen gone at 18, confirmed and dropped at 19.
-        assert drops == {19}
+        # Gone from 18: seen gone at 18, confirmed at 19, withdrawn one layer per reconcile
+        # from 19, and a reconcile's pause before what a Usage used while the Usage's
+        # finalizers hold it: the full example's Usages chain nine layers deep.
+        assert drops == set(range(19, 32)) - {21, 24, 27, 30}
+        assert sim.deleted_in_use == [] and sim.left == []
 
 
 def _mutated(scenario: Scenario) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -203,8 +250,9 @@ def test_a_release_not_yet_seen_orphaned_holds_the_drop() -> None:
     assert rec.deleted == []
     assert _record(world)["phase"] == "Gone"
     assert orphaned(world.composed["ebs-release"].obj)  # applied again now
-    world.reconcile()
-    assert world.composed == {} and world.uninstalls == [] and world.hung == []
+    recs = _withdraw(world)
+    assert "ebs-release" in recs[0].deleted
+    assert world.uninstalls == [] and world.hung == []
 
 
 @pytest.mark.parametrize("scenario", [by_name("selfhosted-full"), by_name("calico-legacy-claim-v1")], ids=lambda s: s.name)
@@ -214,8 +262,8 @@ def test_a_new_cluster_of_the_same_name_starts_from_scratch(scenario: Scenario) 
     world.delete_cluster()
     world.run(2)
     world.remove_cluster()
-    world.run(3)
-    assert world.composed == {}
+    world.reconcile()
+    _withdraw(world)
     world.recreate_cluster()
     assert _cluster_uid(world) != old_uid
     created = [n for rec in world.run(20) for n in rec.created]
@@ -241,14 +289,45 @@ def test_a_replacement_cluster_found_before_the_old_one_was_seen_gone() -> None:
     world.run(2)
     world.remove_cluster()
     world.recreate_cluster()
-    recs = world.run(3)
-    assert all(r.fatal is None for r in recs)
-    # Seen replaced, confirmed, everything dropped; only then the new cluster's.
-    assert [set(r.deleted) for r in recs] == [set(), old, set()]
-    assert recs[0].created == recs[1].created == [] and recs[2].created
+    seen = world.reconcile()
+    assert seen.fatal is None and seen.deleted == [] and seen.created == []
+    # Seen replaced, confirmed, the old cluster's withdrawn in Usage order; only then the
+    # new cluster's, from scratch.
+    recs = _withdraw(world)
+    assert {n for r in recs for n in r.deleted} == old
+    assert all(r.fatal is None and r.created == [] for r in recs)
+    _assert_usage_order(world, recs)
+    assert world.reconcile().created
     world.run(20)
     assert world.xr_ready and _record(world) is None
     assert world.uninstalls == [] and world.hung == []
+
+
+@pytest.mark.parametrize("after", [1, 4])
+def test_a_new_cluster_that_appears_during_the_withdrawal_waits_for_its_end(after: int) -> None:
+    """The old cluster's resources (its issuer, its key's JWKS) are never handed to the new one."""
+    world = _ready_world(by_name("selfhosted-full"))
+    old = {n: c.obj["metadata"]["name"] for n, c in world.composed.items()}
+    world.delete_cluster()
+    world.run(2)
+    world.remove_cluster()
+    world.reconcile()
+    first = world.run(after)  # the withdrawal is under way
+    assert first[0].deleted and world.composed
+    world.recreate_cluster()
+    recs = [*first, *_withdraw(world)]
+    assert {n for r in recs for n in r.deleted} == set(old)
+    assert all(r.created == [] for r in recs)
+    _assert_usage_order(world, recs)
+    assert _record(world)["phase"] == "Deleted"
+    started = world.reconcile()
+    assert started.created and _record(world) is None
+    world.run(20)
+    assert world.xr_ready and world.uninstalls == [] and world.hung == []
+    # Everything composed anew (the World names a resource after its XR and name alike, so
+    # the names come back; what matters is that nothing old was kept).
+    assert set(world.composed) == set(old)
+    assert all(c.created_at >= started.step for c in world.composed.values())
 
 
 def test_xr_first_deletion_uninstalls_from_the_live_cluster() -> None:
@@ -333,9 +412,53 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     assert "| cluster gone |" in result.output
     assert "the function recorded the deletion at 14, every Release orphaned from 15" in result.output
     assert "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0" in result.output
-    assert "19 forgotten" in result.output
+    # The add-on releases go first (forgotten), the CNI's after the Usages of it, the
+    # OIDC provider last.
+    timeline = {line.split()[0]: line.split() for line in result.output.splitlines() if line}
+    assert timeline["ebs-release"][-2:] == ["19", "forgotten"]
+    assert timeline["cni-release"][-2:] == ["25", "forgotten"]
+    assert timeline["irsa-oidc-provider"][-1] == "31"
+    assert "  over reconciles 19-31: 15, 15, 0, 6, 4, 0, 1, 1, 0, 1, 1, 0, 1\n" in result.output
+    assert "  deleted while a Usage of it was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
-        "OK: nothing deleted while the cluster existed, no uninstall, everything dropped once it was gone"
+        "OK: nothing deleted while the cluster existed, no uninstall, everything deleted in Usage "
+        "order once it was gone"
+    )
+
+
+def test_simulate_fails_a_withdrawal_cut_short_and_says_why() -> None:
+    xr, required = example("selfhosted-full")
+    sim = simulate.Simulator(
+        xr, required, settings=simulate.Settings(steps=22, delete_cluster_at=14)
+    ).run()
+    assert not sim.ok
+    assert sim.problems() == [
+        (
+            f"the run ended while {len(sim.left)} composed resource(s) were still being deleted "
+            "in Usage order: play more reconciles (--steps)"
+        )
+    ]
+
+
+def test_simulate_fails_a_deletion_while_a_usage_is_there() -> None:
+    """The check the run relies on: a function that drops everything at once fails it."""
+    xr, required = example("selfhosted-full")
+
+    def drop_at_once(req: Any) -> Any:
+        rsp = fn.run(req)
+        status = resource.struct_to_dict(req.observed.composite.resource).get("status", {})
+        if status.get("clusterDeletion", {}).get("phase") == "Deleted":
+            rsp.desired.ClearField("resources")
+        return rsp
+
+    simulator = simulate.Simulator(
+        xr, required, settings=simulate.Settings(steps=40, delete_cluster_at=14)
+    )
+    simulator.world.runner = drop_at_once
+    sim = simulator.run()
+    assert sim.deleted_in_use and not sim.ok
+    assert sim.problems()[0].startswith(
+        "deleted while a Usage of it was still there (Crossplane's usage webhook refuses that): "
     )
 
 

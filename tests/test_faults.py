@@ -15,10 +15,12 @@ Deletion schedules (``play(seed, delete=True)``) also delete the CAPI cluster mi
 (docs/architecture.md, "The cluster's own deletion"), remove it some reconciles later, and bring a new one of the same
 name back (sometimes before the function has let go of the old one). Held on top: while
 the cluster exists only removed plugins' nodes are deleted; once it is gone, everything
-composed is dropped within two reconciles, in one go; no Release is ever uninstalled
-after the deletion began, none ever hangs in an uninstall; the new cluster converges to
-Ready from scratch. Required objects are not hidden once the deletion has begun: after a
-recorded deletion, a cluster not found twice in a row is gone, by design.
+composed is withdrawn over a few reconciles in Usage order (never a resource while a Usage
+of it is observed) and nothing new is created before it is all gone, even when the new
+cluster is already there; no Release is ever uninstalled after the deletion began, none
+ever hangs in an uninstall; the new cluster converges to Ready from scratch. Required
+objects are not hidden once the deletion has begun: after a recorded deletion, a cluster
+not found twice in a row is gone, by design.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ FEATURE_PATHS = {
 }
 AWS_ADDONS = {"amazonVPC", "ebs", "efs", "lbc", "externalDNS"}
 DEFAULT_SCHEDULES = 30
+# Reconciles from the cluster gone to everything withdrawn: seen gone twice, then one per
+# layer of the Usage graph and one more before what a Usage used (thirteen at most in these
+# scenarios), with room to spare.
+WITHDRAWAL_RECONCILES = 18
 
 
 def features(spec: dict[str, Any]) -> set[str]:
@@ -137,7 +143,8 @@ class Outcome:
     faults: Counter[str] = field(default_factory=Counter)
     deletions: int = 0
     gone_at: int = 0
-    dropped_at: int | None = None
+    dropped_at: int | None = None  # the old cluster's withdrawal began
+    emptied_at: int | None = None  # and was over: nothing of it left
     flapped: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     changes: list[str] = field(default_factory=list)
@@ -220,7 +227,7 @@ def play(
         # Sometimes the new cluster is there before the function let go of the old one.
         back_at = gone_at + rng.choice([1, 2, 4, 8])
         out.gone_at = gone_at
-        steps = max(steps, back_at + 4)
+        steps = max(steps, back_at + 4, gone_at + WITHDRAWAL_RECONCILES)
 
     cp_down_until = -1
     cp_state = "starting"
@@ -293,22 +300,23 @@ def play(
         rec = world.reconcile()
         known |= set(world.composed) | composed_before
         assert rec.fatal is None, f"seed {seed} step {step}: FATAL {rec.fatal}"
-        want = expected_deletions(composed_before, absent, known)
-        dropped = (
-            step > gone_at
-            and out.dropped_at is None
-            and set(rec.deleted) == composed_before
-            and bool(composed_before)
-        )
-        if dropped:
+        # Once the cluster is gone, all of the old cluster's is withdrawn; before, only what
+        # removed plugins composed. Never anything while a Usage of it is observed.
+        withdrawing = step > gone_at and out.emptied_at is None
+        want = composed_before if withdrawing else expected_deletions(composed_before, absent, known)
+        if withdrawing and rec.deleted and out.dropped_at is None:
             out.dropped_at = step
-        assert dropped or (set(rec.deleted) <= want and not used_when_deleted(rec, composed_before, known)), (
+        assert set(rec.deleted) <= want and not used_when_deleted(rec, composed_before, known), (
             f"seed {seed} ({scenario.name}) step {step}: deleted {sorted(rec.deleted)}, "
             f"expected only {sorted(want)}, none still used (removed plugins: {sorted(absent)})"
         )
-        if step >= gone_at + 2 and out.dropped_at is None:
-            # Gone, seen so twice: nothing of the old cluster's may be left.
-            assert world.composed == {} or step >= back_at, (
+        assert rec.deleted_in_use == [], f"seed {seed} step {step}: deleted in use {rec.deleted_in_use}"
+        if withdrawing:
+            # Nothing new while the old cluster's resources go, even for a new cluster.
+            assert rec.created == [], f"seed {seed} step {step}: created {rec.created} while withdrawing"
+            if not world.composed:
+                out.emptied_at = step
+            assert step < gone_at + WITHDRAWAL_RECONCILES, (
                 f"seed {seed} ({scenario.name}) step {step}: {sorted(world.composed)} left "
                 "after the cluster was gone"
             )
@@ -342,6 +350,7 @@ def play(
         assert set(rec.deleted) <= expected_deletions(composed_before, absent, known), (
             f"seed {seed}: deleted {rec.deleted} after the faults stopped"
         )
+        assert rec.deleted_in_use == [], f"seed {seed}: deleted in use {rec.deleted_in_use}"
         if world.xr_ready and not expected_deletions(set(world.composed), absent, known):
             break
     assert world.xr_ready, f"seed {seed} ({scenario.name}) did not converge: {world.xr['status']}"
@@ -374,10 +383,12 @@ DELETION_SCHEDULES = 20
 @pytest.mark.parametrize("seed", range(DELETION_SCHEDULES), ids=lambda s: f"seed-{s}")
 def test_random_fault_schedule_with_the_clusters_deletion(seed: int) -> None:
     o = play(10_000 + seed, delete=True)
-    assert o.dropped_at is not None, f"seed {10_000 + seed}: never dropped the old cluster's"
+    assert o.dropped_at is not None, f"seed {10_000 + seed}: never withdrew the old cluster's"
+    assert o.emptied_at is not None, f"seed {10_000 + seed}: the old cluster's never all gone"
     record(o)
     gen.figure("faults", "cluster deletions")
-    gen.figure("faults", "reconciles from gone to dropped", o.dropped_at - o.gone_at)
+    gen.figure("faults", "reconciles from gone to withdrawal", o.dropped_at - o.gone_at)
+    gen.figure("faults", "reconciles of the withdrawal", o.emptied_at - o.dropped_at + 1)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

@@ -29,6 +29,17 @@ from e2e.controlplane.harness import ControlPlane
 from function.flavour import ORPHAN_MANAGEMENT_POLICIES
 
 NAMESPACE = "team-a"
+# Crossplane's usage webhook records a refused deletion on the used object (protection/usage.go).
+DELETION_ATTEMPT = "usage.crossplane.io/deletion-attempt-with-policy"
+
+
+def refusals(control_plane: ControlPlane, namespace: str) -> int:
+    """Deletions Crossplane's usage webhook has refused in ``namespace`` so far.
+
+    The webhook (internal/webhook/protection/usage/handler.go) logs each refusal at debug
+    level with the object's namespace and the message it answers the API server with.
+    """
+    return len(control_plane.log_lines("crossplane", f'"namespace": "{namespace}", "msg": "This resource is in-use'))
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +77,15 @@ def test_deleting_a_used_resource_is_refused(demo: Composite) -> None:
     assert "in use" in message.lower() or "in-use" in message.lower(), message
     still = demo.kube.get(oidc["apiVersion"], oidc["kind"], oidc["metadata"]["name"], NAMESPACE)
     assert still is not None and not still["metadata"].get("deletionTimestamp")
+    # The webhook recorded the attempt; with replayDeletion, every Usage of the provider
+    # that goes would send it again (and be refused while others remain). Undone, so the
+    # tests below count only the refusals of their own deletions.
+    assert DELETION_ATTEMPT in still["metadata"].get("annotations", {}), still["metadata"]
+    demo.kube.patch(oidc["apiVersion"], oidc["kind"], oidc["metadata"]["name"], {"metadata": {"annotations": {DELETION_ATTEMPT: None}}}, NAMESPACE)
 
 
 def test_removing_a_plugin_deletes_exactly_its_resources(demo: Composite) -> None:
+    refused_before = refusals(demo.cp, NAMESPACE)
     before = demo.composed()
     xr = demo.xr()
     assert xr is not None
@@ -91,6 +108,8 @@ def test_removing_a_plugin_deletes_exactly_its_resources(demo: Composite) -> Non
     # The Release was uninstalled (the cluster is there), and in Usage order.
     assert {e.resource for e in events if e.what == "uninstalled"} == {"efs-release"}
     assert_deleted_in_usage_order(demo, {n: before[n] for n in expected_gone if n.startswith("usage-")})
+    # Withdrawn one layer per reconcile: the usage webhook never had to refuse a deletion.
+    assert refusals(demo.cp, NAMESPACE) == refused_before
 
 
 def test_deleting_the_xr_removes_everything_through_the_garbage_collector(demo: Composite) -> None:
@@ -157,7 +176,8 @@ def _example_required(composite: Composite) -> list[dict[str, Any]]:
 
 def test_the_clusters_own_deletion(control_plane: ControlPlane, namespaced_api: dict, namespaced_providers: Providers) -> None:
     """DESIGN section 9 with real objects: deleting -> orphan policy, nothing deleted;
-    gone -> everything dropped in Usage order, no Release uninstalled nor hanging."""
+    gone -> everything withdrawn in Usage order, no Release uninstalled nor hanging, no
+    deletion refused by the usage webhook."""
     namespace = "team-b"
     composite = Composite(control_plane, namespaced_providers, "selfhosted-full", namespaced_api, namespace)
     composite.create(staged=False)
@@ -166,7 +186,7 @@ def test_the_clusters_own_deletion(control_plane: ControlPlane, namespaced_api: 
     releases = {n for n, o in before.items() if o["kind"] == "Release"}
     assert releases
 
-    refused_before = len(control_plane.log_lines("crossplane", f'"namespace": "{namespace}", "msg": "This resource is in-use'))
+    refused_before = refusals(control_plane, namespace)
     composite.capi.delete()
 
     def orphaned_and_recorded() -> dict[str, Any] | None:
@@ -190,15 +210,20 @@ def test_the_clusters_own_deletion(control_plane: ControlPlane, namespaced_api: 
     namespaced_providers.unreachable.add(namespace)
     composite.capi.finish_deletion()
     control_plane.kube.wait_for(composite.capi.gone, "the Cluster and what it owned gone", timeout_s=60)
-    # Crossplane deletes what the function stops emitting in no particular order and stops
-    # at the first deletion its usage webhook refuses: everything goes over a few retries.
+    # The function withdraws what it composed one layer per reconcile, in Usage order,
+    # saying so; ClusterDeleted only once nothing is left.
     names = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in before.values()}
-    control_plane.kube.wait_for(
-        lambda: all(control_plane.kube.get(a, k, n, namespace) is None for a, k, n in names),
-        "everything composed deleted",
-        timeout_s=300,
-        interval_s=1,
-    )
+    said: list[tuple[str, bool]] = []
+
+    def all_deleted() -> bool:
+        summary = conditions(composite.xr()).get("PluginsReady", {})
+        gone = all(control_plane.kube.get(a, k, n, namespace) is None for a, k, n in names)
+        said.append((f"{summary.get('reason')}: {summary.get('message')}", gone))
+        return gone
+
+    control_plane.kube.wait_for(all_deleted, "everything composed deleted", timeout_s=300, interval_s=1)
+    assert any("being deleted in Usage order" in what for what, _ in said), said
+    assert not [what for what, gone in said if what.startswith("ClusterDeleted:") and not gone]
     xr = control_plane.kube.wait_for(
         lambda: (got := composite.xr()) is not None and conditions(got).get("PluginsReady", {}).get("reason") == "ClusterDeleted" and got,
         "the XR ClusterDeleted",
@@ -211,7 +236,7 @@ def test_the_clusters_own_deletion(control_plane: ControlPlane, namespaced_api: 
     assert {e.resource for e in events if e.what == "orphaned"} == releases
     assert not [e for e in events if e.what in {"uninstalled", "hung"}]
     assert {e.resource for e in events if e.what == "deleted"} == set(before)
-    # Reported, not asserted: Crossplane drops what the function stops emitting in no
-    # particular order, so its usage webhook refuses some deletions along the way.
-    refused = len(control_plane.log_lines("crossplane", f'"namespace": "{namespace}", "msg": "This resource is in-use')) - refused_before
-    print(f"\ncluster gone: {len(before)} resources dropped, {refused} deletion(s) refused by the usage webhook on the way")
+    assert_deleted_in_usage_order(composite, {n: o for n, o in before.items() if n.startswith("usage-")})
+    # Crossplane deletes what a function stops emitting in no particular order and stops at
+    # the first deletion its usage webhook refuses; withdrawn in layers, none is refused.
+    assert refusals(control_plane, namespace) == refused_before
