@@ -207,7 +207,7 @@ class Flavour:
         Returned as a writer of ``{"apiVersion", "kind": "Usage", "spec": {"of", "by",
         "replayDeletion": true, "reason"}}``: a call writes up to 21 Usages, and
         parsing the fixed part and copying the two ends, both in C, costs half of
-        writing them leaf by leaf (issue 5).
+        writing them leaf by leaf.
         """
         head = _usage_head(self.api_version("Usage"), reason)
 

@@ -1,4 +1,4 @@
-"""Replicas that share the load: bounded connection age and a keepalive policy (issue 15).
+"""Replicas that share the load: bounded connection age and a keepalive policy.
 
 Through the real console script. Times are scaled down (the mechanism is grpc core's
 own, unchanged by the scale): connection age 1-2 s instead of 5 min, its grace 5 s
