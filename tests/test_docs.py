@@ -7,7 +7,7 @@
   after the file's name) is a heading there.
 - Every module of ``function/`` is listed under "The modules".
 - Every repository path, ``make`` target and ``function-cluster-plugin`` subcommand and flag the
-  README and docs/ name exists.
+  README, SECURITY.md and docs/ name exists.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.scenarios import example
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 # --- reading the markdown ---------------------------------------------------------------------
