@@ -5,7 +5,8 @@
   node, gate, Usage or port that changes fails here until the document says it too.
 - Every section of docs/architecture.md the code and tests cite (by its heading, in quotes
   after the file's name) is a heading there.
-- Every module of ``function/`` is listed under "The modules".
+- Every module of ``function/`` is listed under "The modules", and has a layer in "The layers"
+  that its imports respect.
 - Every repository path, ``make`` target and ``function-cluster-plugin`` subcommand and flag the
   README, SECURITY.md and docs/ name exists.
 """
@@ -30,6 +31,7 @@ from function.cluster import ClusterFacts
 from function.graph import Ctx, Node, Observed, Readiness
 from function.main import cli
 from tests.scenarios import example
+from tests.test_layers import _graph
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -425,3 +427,27 @@ def test_the_serve_flags_the_readme_lists_exist() -> None:
             {flag.replace("[no-]", ""), flag.replace("[no-]", "no-")} if "[no-]" in flag else {flag}
         ):
             assert spelled in options, spelled
+
+
+def test_the_layer_table_is_the_import_graph() -> None:
+    """Every module has a layer in "The layers", and imports only from its own or lower ones."""
+    rows = _table("The layers", "layer")
+    layer_of = {name: i for i, row in enumerate(rows) for name in _code(row[1])}
+
+    def layer(module: str) -> int | None:
+        short = module.removeprefix("function.")
+        for package in ("addons", "aws"):
+            if short.startswith(f"{package}."):
+                return layer_of.get(f"{package}/*")
+        return layer_of.get(short)
+
+    graph = _graph()
+    packages = {"function", "function.addons", "function.aws", "function.data"}
+    assert sorted(m for m in graph if m not in packages and layer(m) is None) == []
+    upward = [
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if m not in packages and (layer(d) or 0) > (layer(m) or 0)
+    ]
+    assert upward == []
