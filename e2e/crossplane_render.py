@@ -145,11 +145,7 @@ def served_composition(inputs: Inputs, directory: Path) -> Inputs:
     its users configure it; the shipped Composition's defaults ask for v1beta2.
     """
     composition = yaml.safe_load((inputs.apis / "composition.yaml").read_text())
-    step = next(
-        s
-        for s in composition["spec"]["pipeline"]
-        if s["functionRef"]["name"] in files.FUNCTION_NAMES
-    )
+    _, step = files.function_step([composition], str(inputs.apis / "composition.yaml"))
     versions = step["input"].setdefault("clusterAPI", {})
     changed = False
     for obj in files.load_documents([inputs.required]):

@@ -993,6 +993,14 @@ class ClusterAPIVersions(_Strict):
     )
 
 
+# The step input's type: a Composition's pipeline step that carries it is this function's,
+# whatever name the Function was installed under.
+INPUT_GROUP = "fn.clusterplugin.dev"
+INPUT_VERSION = "v1alpha1"
+INPUT_KIND = "Input"
+INPUT_API_VERSION = f"{INPUT_GROUP}/{INPUT_VERSION}"
+
+
 class StepInput(_Strict):
     """The function's step input (``fn.clusterplugin.dev/v1alpha1``, kind ``Input``)."""
 
