@@ -51,6 +51,7 @@ FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
 FUNCTION_SOURCE = "xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin"
 PARENT_PACKAGE_LABEL = "pkg.crossplane.io/package"
 CIRCUIT_BREAKER_BURST = 1000
+APISERVER_STOP_GRACE_S = 2.0
 
 
 @dataclass
@@ -157,7 +158,9 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop every process, newest first (each by its own pid)."""
         for process in reversed(list(self.processes.values())):
-            process.stop()
+            # An open watch (the driver's) holds kube-apiserver's graceful shutdown until
+            # it is killed; it keeps nothing that etcd does not, and etcd is thrown away.
+            process.stop(grace_s=APISERVER_STOP_GRACE_S if process.name == "kube-apiserver" else 10.0)
 
     def dead(self) -> list[str]:
         """Processes that exited on their own, with the end of their logs."""
