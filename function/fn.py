@@ -124,7 +124,7 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
     accepted.requirements(req).write(rsp.requirements)
     facts = accepted.read_facts(req)
     try:
-        accept.refuse(accepted, facts)
+        accept.refuse(accepted, facts, accept.recorded_issuer(xr))
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
     plan = build_plan(accepted.context(facts, Observed(req.observed.resources)), xr)

@@ -78,6 +78,8 @@ class Node:
     build: Builder
     gates: tuple[Gate, ...] = ()
     readiness: Readiness = Readiness.CONDITION
+    # Why it may take long to turn Ready (said in the status while it is not), or "".
+    slow: str = ""
 
 
 @dataclass(frozen=True, eq=False)

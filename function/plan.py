@@ -169,10 +169,23 @@ def _plugin_status(
         if n.name in emitted and not ctx.observed.ready(n.name, n.readiness)
     ]
     status = _plugin_phase(plugin, held, emitted_here, not_ready)
+    if not_ready and status.phase != READY:
+        status = _slow_notes(plugin, not_ready, status)
     if plugin.note:
         message = f"{status.message}; {plugin.note}" if status.message else plugin.note
         status = dataclasses.replace(status, message=message)
     return status
+
+
+def _slow_notes(plugin: Plugin, not_ready: list[str], status: PluginStatus) -> PluginStatus:
+    """Say why a node known to be slow is not Ready yet (what is waited for may be behind it)."""
+    message = status.message
+    for node in plugin.nodes:
+        if node.slow and node.name in not_ready and node.slow not in message:
+            message = f"{message}; {node.name}: {node.slow}" if message else node.slow
+    if message == status.message:
+        return status
+    return dataclasses.replace(status, message=message)
 
 
 def _plugin_phase(
