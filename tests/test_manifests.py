@@ -386,9 +386,11 @@ def test_legacy_xr_is_the_claims_composite() -> None:
 
 def _cluster_namespace(scenario: Path) -> str:
     xr = _load(scenario / "xr.yaml")
+    # A namespaced XR's own namespace, a claim's, or an unclaimed legacy XR's clusterNamespace.
     return (
         xr["metadata"].get("namespace")
-        or xr["metadata"]["labels"]["crossplane.io/claim-namespace"]
+        or xr["metadata"].get("labels", {}).get("crossplane.io/claim-namespace")
+        or xr["spec"]["clusterNamespace"]
     )
 
 

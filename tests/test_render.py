@@ -38,7 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 OBSERVED = Path(__file__).resolve().parent / "fixtures" / "observed"
-NAMES = ("selfhosted-full", "calico-legacy-claim", "external-eks", "external-dns")
+NAMES = (
+    "selfhosted-full",
+    "calico-legacy-claim",
+    "external-eks",
+    "external-dns",
+    "cloudfront-shared",
+    "cloudfront-managed",
+)
 UPDATE_GOLDEN = os.environ.get("UPDATE_GOLDEN") == "1"
 UPDATE_OBSERVED = os.environ.get("UPDATE_OBSERVED") == "1"
 
