@@ -558,6 +558,18 @@ def test_mirror_check_is_not_vacuous() -> None:
 
 BASE = {"clusterName": "demo"}
 
+_SHARED = {"distribution": "Shared", "domain": "oidc.example.com", "bucketName": "acme-oidc"}
+_MANAGED = {
+    "distribution": "Managed",
+    "domain": "oidc.example.com",
+    "certificateArn": "arn:aws:acm:us-east-1:111122223333:certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+}
+_EXTERNAL = {
+    "mode": "External",
+    "issuerURL": "https://x",
+    "oidcProviderARN": "arn:aws:iam::1:oidc-provider/x",
+}
+
 # (description, spec) -> whether parse_spec accepts it; the XRD schemas must agree.
 SPEC_CASES: list[tuple[str, dict[str, Any]]] = [
     ("minimal", {}),
@@ -694,6 +706,166 @@ SPEC_CASES: list[tuple[str, dict[str, Any]]] = [
     ("unknown zone type", {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "zoneType": "both"}}}),
     ("typo in dns", {"dns": {"externalDns": {"hostedZoneIDs": ["Z1"]}}}),
     ("bad clusterName", {"clusterName": "Demo_1"}),
+    *[
+        (f"cloudfront: {case}", {"irsa": {**irsa, "hosting": hosting}})
+        for case, irsa, hosting in (
+            ("shared", {}, {"type": "CloudFront", "cloudFront": _SHARED}),
+            (
+                "shared, everything",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {**_SHARED, "pathPrefix": "a/b", "bucketRegion": "eu-west-1"},
+                },
+            ),
+            (
+                "managed, everything",
+                {"bucketName": "my-issuer-bucket"},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "pathPrefix": "issuers/v1.x_~y",
+                        "hostedZoneId": "Z0123456789ABC",
+                        "priceClass": "PriceClass_All",
+                    },
+                },
+            ),
+            ("S3Public", {}, {"type": "S3Public"}),
+            ("hosting when External", _EXTERNAL, {"type": "S3Public"}),
+            ("hosting when Disabled", {"mode": "Disabled"}, {}),
+            ("type CloudFront alone", {}, {"type": "CloudFront"}),
+            ("cloudFront with S3Public", {}, {"type": "S3Public", "cloudFront": _SHARED}),
+            ("cloudFront without a type", {}, {"cloudFront": _SHARED}),
+            ("unknown type", {}, {"type": "Akamai"}),
+            (
+                "shared without bucketName",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "bucketName": ""}},
+            ),
+            (
+                "managed without certificateArn",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "certificateArn": ""}},
+            ),
+            (
+                "no distribution",
+                {},
+                {"type": "CloudFront", "cloudFront": {"domain": "o.example.com", "bucketName": "b-1"}},
+            ),
+            (
+                "certificate in eu-west-1",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": _MANAGED["certificateArn"].replace("us-east-1", "eu-west-1"),
+                    },
+                },
+            ),
+            (
+                "certificate of another partition",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": _MANAGED["certificateArn"].replace("aws:", "aws-us-gov:"),
+                    },
+                },
+            ),
+            (
+                "IAM server certificate",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": "arn:aws:iam::111122223333:server-certificate/x",
+                    },
+                },
+            ),
+            (
+                "shared with certificateArn",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {**_SHARED, "certificateArn": _MANAGED["certificateArn"]},
+                },
+            ),
+            (
+                "shared with hostedZoneId",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "hostedZoneId": "Z1"}},
+            ),
+            (
+                "shared with priceClass",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "priceClass": "PriceClass_100"}},
+            ),
+            (
+                "managed with bucketName",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "bucketName": "b-1"}},
+            ),
+            (
+                "managed with bucketRegion",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "bucketRegion": "eu-west-1"}},
+            ),
+            (
+                "domain with a scheme",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "https://o.example.com"}},
+            ),
+            (
+                "upper-case domain",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "OIDC.example.com"}},
+            ),
+            (
+                "one-label domain",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "localhost"}},
+            ),
+            (
+                "path with ..",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "a/../b"}},
+            ),
+            (
+                "path with a leading /",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "/a"}},
+            ),
+            (
+                "path with //",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "a//b"}},
+            ),
+            (
+                "bad zone id",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "hostedZoneId": "example.com"}},
+            ),
+            (
+                "bad bucketRegion",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "bucketRegion": "EU"}},
+            ),
+            (
+                "unknown price class",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "priceClass": "Cheap"}},
+            ),
+            (
+                "irsa.bucketName with Shared",
+                {"bucketName": "my-issuer-bucket"},
+                {"type": "CloudFront", "cloudFront": _SHARED},
+            ),
+        )
+    ],
     ("empty clusterName", {"clusterName": ""}),
     ("long clusterName", {"clusterName": "a" * 64}),
 ]
