@@ -126,14 +126,16 @@ EXAMPLE_XRS = _example_xrs()
 def test_the_fixture_lists_are_not_empty() -> None:
     # Guards the parametrized tests below against silently testing nothing.
     assert len(REQUIRED_FILES) >= 10
-    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 3
+    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 5  # the <cluster>-sa Secrets
     assert {p.name for p in SCENARIOS} >= {
         "selfhosted-full",
         "calico-legacy-claim",
         "external-eks",
         "external-dns",
+        "cloudfront-shared",
+        "cloudfront-managed",
     }
-    assert len(EXAMPLE_XRS) == 5
+    assert len(EXAMPLE_XRS) == 7
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
