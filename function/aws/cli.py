@@ -197,6 +197,35 @@ def preflight(
 @click.option(
     "--account-id", default="*", show_default=True, help="12-digit account id, or * for any."
 )
+@click.option(
+    "--issuer-domain",
+    "issuer_domains",
+    multiple=True,
+    metavar="DOMAIN",
+    help="An issuer behind CloudFront (spec.irsa.hosting.cloudFront.domain): its OIDC "
+    "providers, and its alias record with --hosted-zone-id. Repeatable.",
+)
+@click.option(
+    "--shared-bucket",
+    "shared_buckets",
+    multiple=True,
+    metavar="BUCKET",
+    help="A Shared distribution's bucket: the two documents under any <namespace>/<cluster>. "
+    "Repeatable.",
+)
+@click.option(
+    "--managed-distributions",
+    is_flag=True,
+    help="Managed distributions: CloudFront distributions and origin access controls.",
+)
+@click.option(
+    "--hosted-zone-id",
+    "hosted_zone_ids",
+    multiple=True,
+    metavar="ZONE",
+    help="Managed with hostedZoneId: A records of the --issuer-domain names in this zone only. "
+    "Repeatable.",
+)
 def provider_policy_cmd(
     *,
     input_path: Path | None,
@@ -206,13 +235,19 @@ def provider_policy_cmd(
     role_prefix: str | None,
     partition: str,
     account_id: str,
+    issuer_domains: tuple[str, ...],
+    shared_buckets: tuple[str, ...],
+    managed_distributions: bool,
+    hosted_zone_ids: tuple[str, ...],
 ) -> None:
     """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
 
+    Issuers behind CloudFront (spec.irsa.hosting) add only what their options ask for.
     Exits 2 when the function would refuse the step input (or --name-prefix in it).
     """
     from function.accept import accept_input  # noqa: PLC0415
     from function.aws.provider_policy import (  # noqa: PLC0415
+        CloudFrontHosting,
         default_bucket_prefix,
         default_role_prefix,
         provider_policy,
@@ -235,6 +270,12 @@ def provider_policy_cmd(
             role_prefix=default_role_prefix(name_prefix) if role_prefix is None else role_prefix,
             partition=partition,
             account_id=account_id,
+            cloudfront=CloudFrontHosting(
+                domains=issuer_domains,
+                shared_buckets=shared_buckets,
+                managed=managed_distributions,
+                hosted_zone_ids=hosted_zone_ids,
+            ),
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from err
