@@ -7,6 +7,7 @@ rest of the CLI starts without it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,17 @@ def render_text(report: Report) -> str:
     help="before: what blocks creation; after: all must exist; auto: after once the bucket exists.",
 )
 @click.option(
+    "--live",
+    is_flag=True,
+    help="Also fetch the issuer's discovery document and JWKS over HTTPS, as STS does.",
+)
+@click.option(
+    "--live-endpoint",
+    metavar="URL",
+    help="With --live: send those requests to URL (keeping the issuer's Host and path), e.g. a "
+    "proxy or a test server.",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def preflight(
@@ -128,6 +140,8 @@ def preflight(
     input_path: Path | None,
     composition: Path | None,
     phase: str,
+    live: bool,
+    live_endpoint: str | None,
     output: str,
 ) -> None:
     """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
@@ -140,6 +154,7 @@ def preflight(
 
         from function.aws import preflight as pf  # noqa: PLC0415
         from function.aws.clients import make_clients  # noqa: PLC0415
+        from function.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
     except ImportError as err:
         msg = f"aws preflight needs boto3 ({err}): {AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
@@ -164,7 +179,8 @@ def preflight(
 
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
-        report = pf.run(target, clients, pf.Phase(phase))
+        fetch = https_fetch(live_endpoint) if live or live_endpoint else None
+        report = pf.run(target, clients, pf.Phase(phase), fetch)
     except (BotoCoreError, ClientError) as err:
         # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
         msg = f"an AWS call failed: {err}"
@@ -279,4 +295,35 @@ def provider_policy_cmd(
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from err
+    click.echo(json.dumps(doc, indent=2))
+
+
+@aws.command("shared-bucket-policy")
+@click.option("--bucket", required=True, help="The Shared distribution's private bucket.")
+@click.option(
+    "--distribution-arn",
+    required=True,
+    metavar="ARN",
+    help="The distribution's ARN, arn:aws:cloudfront::<account>:distribution/<id>.",
+)
+def shared_bucket_policy_cmd(*, bucket: str, distribution_arn: str) -> None:
+    """Print the bucket policy of a Shared distribution's bucket (JSON), for the platform team.
+
+    Only that distribution may read, through CloudFront, the two discovery documents under
+    any <namespace>/<cluster>/ of the bucket; plain HTTP is denied. S3 does not count it as
+    public, so Block Public Access may stay on.
+    """
+    from function.policies import shared_bucket_policy  # noqa: PLC0415
+    from function.spec import s3_bucket_name_problem  # noqa: PLC0415
+
+    problem = s3_bucket_name_problem(bucket)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--bucket")
+    if not re.fullmatch(r"arn:aws:cloudfront::\d{12}:distribution/[A-Z0-9]+", distribution_arn):
+        msg = (
+            f"{distribution_arn!r} is not a distribution ARN "
+            "(arn:aws:cloudfront::<account>:distribution/<id>)"
+        )
+        raise click.BadParameter(msg, param_hint="--distribution-arn")
+    doc = shared_bucket_policy(bucket, distribution_arn, PARTITIONS["aws"])
     click.echo(json.dumps(doc, indent=2))
