@@ -333,15 +333,21 @@ class RecordedIssuer(NamedTuple):
     oidc_provider_arn: str = ""
 
 
+NO_RECORDED_ISSUER = RecordedIssuer()
+
+
 def recorded_issuer(xr: struct_pb2.Struct) -> RecordedIssuer:
     """What the XR's status (the function's own, from earlier calls) says of its issuer."""
-    return RecordedIssuer(
-        structs.str_at(xr, "status", "issuerURL") or "",
-        structs.str_at(xr, "status", "oidcProviderARN") or "",
-    )
-
-
-NO_RECORDED_ISSUER = RecordedIssuer()
+    # structs.str_at twice, unrolled: read on every call. ``in`` first (indexing would
+    # insert); a Value of another kind reads as "".
+    fields = xr.fields
+    if "status" not in fields:
+        return NO_RECORDED_ISSUER
+    status = fields["status"].struct_value.fields
+    if "oidcProviderARN" not in status:
+        return NO_RECORDED_ISSUER  # no provider: nothing in use (the only case refuse judges)
+    url = status["issuerURL"].string_value if "issuerURL" in status else ""
+    return RecordedIssuer(url, status["oidcProviderARN"].string_value)
 
 
 def refuse(
