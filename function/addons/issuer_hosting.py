@@ -209,7 +209,8 @@ def _at_provider(ctx: Ctx, node: str, field: str, what: str) -> str:
     value = None if obj is None else structs.str_at(obj, "status", "atProvider", field)
     if not value:
         message = f"{node} reports no status.atProvider.{field} ({what}) yet"
-        raise MissingFactError(Wait(f"{node} {field}", message, reason=f"{node} {field}"))
+        label = f"{node} {'ARN' if field == 'arn' else field}"
+        raise MissingFactError(Wait(label, message, reason=label))
     return value
 
 
