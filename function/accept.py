@@ -366,8 +366,8 @@ def refuse(
             if problem:
                 raise InvalidInputError(addon.spec_path, problem)
     region = accepted.spec.region or facts.region
-    if accepted.names.cloudfront is not None and region:
-        partition = cloudfront_region_problem(accepted, region)
+    if accepted.names.cloudfront is not None:
+        partition = cloudfront_region_problem(accepted, region or "")
         if partition:
             raise InvalidInputError(*partition)
     if recorded.oidc_provider_arn and accepted.hosts_issuer:
@@ -394,7 +394,8 @@ _NO_CLOUDFRONT_INSTEAD = (
 
 
 def cloudfront_region_problem(accepted: Accepted, region: str) -> tuple[str, str] | None:
-    """(field, message) when CloudFront hosting is impossible in ``region``'s partition."""
+    """(field, message) when CloudFront hosting is impossible in the partition of ``region``
+    (the cluster's, "" when unknown) or of the Shared bucket's region."""
     cloudfront = accepted.names.cloudfront
     if cloudfront is None:
         return None
