@@ -394,8 +394,10 @@ _NO_CLOUDFRONT_INSTEAD = (
 
 
 def cloudfront_region_problem(accepted: Accepted, region: str) -> tuple[str, str] | None:
-    """(field, message) when CloudFront hosting is impossible in the partition of ``region``
-    (the cluster's, "" when unknown) or of the Shared bucket's region."""
+    """(field, message) when CloudFront hosting is impossible in a partition, or None.
+
+    Judged: ``region`` (the cluster's, "" when unknown) and the Shared bucket's region.
+    """
     cloudfront = accepted.names.cloudfront
     if cloudfront is None:
         return None
