@@ -529,7 +529,8 @@ class ConfigurationPackage:
 
 _README_TAIL = (
     "together with the packages it needs: the function, provider-helm and the AWS providers "
-    "for S3, IAM and EC2. Apply the ClusterRole from apis/rbac/clusterrole.yaml as well "
+    "for S3, IAM, EC2, CloudFront and Route 53. Apply the ClusterRole from "
+    "apis/rbac/clusterrole.yaml as well "
     "(packages cannot carry RBAC), so that Crossplane may read the Cluster API objects the "
     "function asks for."
 )
