@@ -92,7 +92,7 @@ e2e: $(STAMP) tools
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# The long proof of issue 6 (about 22 minutes): thousands of generated specs and fault
+# The long run of the robustness tests (about 22 minutes): thousands of generated specs and fault
 # schedules, 20k concurrent gRPC calls, SIGTERM while busy, drains mid-burst, connection
 # ages, keepalive pings at 60 s. Sizes: SOAK_SCHEDULES, SOAK_SECRET_SCHEDULES, SOAK_CALLS,
 # SOAK_MALFORMED, SOAK_SIGTERMS, SOAK_DRAINS, SOAK_AGE_SECONDS, SOAK_PINGS.

@@ -18,7 +18,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -28,11 +28,12 @@ from function import cluster, registry, structs
 from function.cluster import ClusterFacts
 from function.flavour import Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
-from function.names import Names
+from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
 from function.spec import (
     CROSSPLANE_SPEC_FIELDS,
     REGION,
     ClusterPluginSpec,
+    DistributionMode,
     InvalidInputError,
     IRSAMode,
     StepInput,
@@ -172,6 +173,39 @@ def _external_problems(spec: ClusterPluginSpec) -> list[tuple[str, str]]:
     return problems
 
 
+def _cloudfront(spec: ClusterPluginSpec) -> CloudFrontIssuer | None:
+    given = spec.irsa.cloud_front
+    if given is None or spec.irsa.mode is not IRSAMode.SELF_HOSTED:
+        return None
+    return CloudFrontIssuer(
+        domain=given.domain,
+        path_prefix=given.path_prefix,
+        shared=given.distribution is DistributionMode.SHARED,
+        bucket=given.bucket_name,
+        bucket_region=given.bucket_region,
+    )
+
+
+def _cloudfront_problems(names: Names) -> list[tuple[str, str]]:
+    problems = []
+    path = names.shared_path_problem()
+    if path:
+        problems.append(("spec.irsa.hosting.cloudFront.pathPrefix", path))
+    url = names.issuer_url("")
+    if len(url) > OIDC_PROVIDER_URL_MAX:
+        problems.append(
+            (
+                "spec.irsa.hosting.cloudFront",
+                (
+                    f"the issuer {url[:64]}... is {len(url)} characters; IAM takes OIDC "
+                    f"provider URLs of at most {OIDC_PROVIDER_URL_MAX}: choose a shorter domain "
+                    "or path"
+                ),
+            )
+        )
+    return problems
+
+
 def _namespace(
     xr_namespace: str | None, claim_namespace: str | None, spec: ClusterPluginSpec
 ) -> tuple[str, bool]:
@@ -226,10 +260,18 @@ def _accept(
         namespace, namespaced = _namespace(xr_namespace, claim_namespace, spec)
     except InvalidInputError as err:
         raise InvalidInputError.of([*problems, *err.problems]) from None
-    names = Names(step.name_prefix, namespace, spec.cluster_name, spec.irsa.bucket_name)
+    names = Names(
+        step.name_prefix,
+        namespace,
+        spec.cluster_name,
+        spec.irsa.bucket_name,
+        _cloudfront(spec),
+    )
     bucket = names.bucket_override_problem()
     if bucket:
         problems.append(("spec.irsa.bucketName", bucket))
+    if names.cloudfront is not None:
+        problems += _cloudfront_problems(names)
     if problems:
         raise InvalidInputError.of(problems)
     wants_irsa = registry.wants_irsa(spec)
@@ -286,7 +328,33 @@ def cache_clear() -> None:
 # --- against the cluster -----------------------------------------------------------
 
 
-def refuse(accepted: Accepted, facts: ClusterFacts) -> None:
+class RecordedIssuer(NamedTuple):
+    """The issuer an XR's status records: its URL, and the OIDC provider once it exists."""
+
+    url: str = ""
+    oidc_provider_arn: str = ""
+
+
+NO_RECORDED_ISSUER = RecordedIssuer()
+
+
+def recorded_issuer(xr: struct_pb2.Struct) -> RecordedIssuer:
+    """What the XR's status (the function's own, from earlier calls) says of its issuer."""
+    # structs.str_at twice, unrolled: read on every call. ``in`` first (indexing would
+    # insert); a Value of another kind reads as "".
+    fields = xr.fields
+    if "status" not in fields:
+        return NO_RECORDED_ISSUER
+    status = fields["status"].struct_value.fields
+    if "oidcProviderARN" not in status:
+        return NO_RECORDED_ISSUER  # no provider: nothing in use (the only case refuse judges)
+    url = status["issuerURL"].string_value if "issuerURL" in status else ""
+    return RecordedIssuer(url, status["oidcProviderARN"].string_value)
+
+
+def refuse(
+    accepted: Accepted, facts: ClusterFacts, recorded: RecordedIssuer = NO_RECORDED_ISSUER
+) -> None:
     """Raise InvalidInputError for a spec or input this cluster cannot have."""
     if accepted.step.protect_cluster and not accepted.namespaced:
         raise InvalidInputError(
@@ -299,6 +367,80 @@ def refuse(accepted: Accepted, facts: ClusterFacts) -> None:
             problem = addon.cluster_problem(accepted.spec, facts)
             if problem:
                 raise InvalidInputError(addon.spec_path, problem)
+    region = accepted.spec.region or facts.region
+    if accepted.names.cloudfront is not None:
+        partition = cloudfront_region_problem(accepted, region or "")
+        if partition:
+            raise InvalidInputError(*partition)
+    if recorded.oidc_provider_arn and accepted.hosts_issuer:
+        change = _issuer_change(accepted, recorded, region)
+        if change:
+            raise InvalidInputError("spec.irsa.hosting", change)
+
+
+# Why CloudFront cannot serve an issuer in these partitions, and what to do instead.
+_NO_CLOUDFRONT = {
+    "aws-us-gov": (
+        "CloudFront is not in the aws-us-gov partition (it runs from commercial accounts, "
+        "outside GovCloud, and its origin access control cannot read a GovCloud bucket)"
+    ),
+    "aws-cn": (
+        "CloudFront in aws-cn serves only ICP-recorded domains with certificates uploaded to "
+        "IAM (ACM is not supported there), which this function does not compose"
+    ),
+}
+_NO_CLOUDFRONT_INSTEAD = (
+    "keep hosting type S3Public in an account (or bucket) whose Block Public Access allows "
+    "public bucket policies, or use spec.irsa.mode: External with an issuer hosted elsewhere"
+)
+
+
+def cloudfront_region_problem(accepted: Accepted, region: str) -> tuple[str, str] | None:
+    """(field, message) when CloudFront hosting is impossible in a partition, or None.
+
+    Judged: ``region`` (the cluster's, "" when unknown) and the Shared bucket's region.
+    """
+    cloudfront = accepted.names.cloudfront
+    if cloudfront is None:
+        return None
+    for field, where in (
+        ("spec.irsa.hosting", region),
+        ("spec.irsa.hosting.cloudFront.bucketRegion", cloudfront.bucket_region),
+    ):
+        partition = partition_of(where).name if where else "aws"
+        if partition in _NO_CLOUDFRONT:
+            reason = _NO_CLOUDFRONT[partition]
+            return field, f"{where} is in {partition}: {reason}; {_NO_CLOUDFRONT_INSTEAD}"
+    return None
+
+
+# The issuer of an S3Public XR: its bucket's regional virtual-hosted endpoint.
+_S3_ISSUER = re.compile(r"^https://[a-z0-9-]+\.s3\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+
+
+def _issuer_change(accepted: Accepted, recorded: RecordedIssuer, region: str | None) -> str | None:
+    """Why the spec may not move the issuer the XR's status records as in use, or None.
+
+    The cluster's service-account tokens carry the recorded issuer and every role
+    trusts its OIDC provider: moving to another one takes both issuers on the API
+    server for a day, two providers and two trust statements per role. Only moves
+    that involve CloudFront hosting are judged here (a renamed S3Public bucket is not).
+    """
+    if accepted.names.cloudfront is None and _S3_ISSUER.match(recorded.url):
+        return None
+    if accepted.names.cloudfront is None and not region:
+        return None  # the S3Public issuer needs the region: judged once it is known
+    would_be = accepted.issuer_url(region or "")
+    if not recorded.url or recorded.url == would_be:
+        return None
+    return (
+        f"would move the issuer from {recorded.url} to {would_be}, but {recorded.url} is in "
+        f"use (status.oidcProviderARN {recorded.oidc_provider_arn}): the cluster's "
+        "service-account tokens carry it and every add-on role trusts it. Moving a running "
+        "cluster to another issuer (both issuers on the API server for a day, two OIDC "
+        "providers, two trust statements per role) is not supported: put spec.irsa back as it "
+        "was, or give a new cluster the new hosting"
+    )
 
 
 def accept_with_objects(
@@ -312,6 +454,12 @@ def accept_with_objects(
     reference from the Cluster, or by label), and judged as the function judges them.
     """
     accepted = accept_objects(xr, step_input)
+    status = xr.get("status")
+    recorded = RecordedIssuer()
+    if isinstance(status, Mapping):
+        recorded = RecordedIssuer(
+            str(status.get("issuerURL") or ""), str(status.get("oidcProviderARN") or "")
+        )
     req = cluster.request_from_objects(
         objs,
         cluster_name=accepted.spec.cluster_name,
@@ -320,7 +468,7 @@ def accept_with_objects(
         step=accepted.step,
     )
     facts = accepted.read_facts(req)
-    refuse(accepted, facts)
+    refuse(accepted, facts, recorded)
     return accepted, facts
 
 

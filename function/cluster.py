@@ -127,7 +127,8 @@ class SecurityGroup:
 class IngressRule(NamedTuple):
     """One ingress rule from ``status.networkStatus.securityGroups.<role>.ingressRule``.
 
-    A NamedTuple: read for every rule of every group on every call (issue 5).
+    A NamedTuple (cheaper to make than a dataclass): read for every rule of every group on
+    every call.
     """
 
     protocol: str
@@ -370,7 +371,7 @@ def _strings(v: struct_pb2.Value) -> frozenset[str]:
 
 
 def _ingress_rule(r: struct_pb2.Struct) -> IngressRule:
-    # One pass over the rule's keys instead of a lookup per field (issue 5).
+    # One pass over the rule's keys instead of a lookup per field: it runs for every rule.
     protocol, from_port, to_port = "", -1, -1
     ids = roles = cidrs = _NONE
     for key, v in r.fields.items():
@@ -397,7 +398,7 @@ def _security_groups(obj: struct_pb2.Struct) -> tuple[tuple[str, SecurityGroup],
 
 
 # CAPA's rules change only when the cluster's groups do, and reading them rule by
-# rule was a tenth of a call (issue 5): cached by their bytes (a few KB per XR).
+# rule was a tenth of a call: cached by their bytes (a few KB per XR).
 @functools.lru_cache(maxsize=1024)
 def _parse_security_groups(serialized: bytes) -> tuple[tuple[str, SecurityGroup], ...]:
     sgs = struct_pb2.Struct.FromString(serialized)

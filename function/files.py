@@ -14,12 +14,8 @@ from typing import Any
 import yaml
 
 from function.flavour import composite_mismatch
+from function.spec import INPUT_API_VERSION, INPUT_KIND
 
-# What the shipped Compositions call: the name Crossplane gives the function package
-# (xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin) when a Configuration
-# installs it. A Function installed by hand under the package's own name is found too.
-FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
-FUNCTION_NAMES = frozenset({FUNCTION_NAME, "function-cluster-plugin"})
 DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -75,28 +71,64 @@ def load_one(path: str | Path, what: str) -> dict[str, Any]:
     return docs[0]
 
 
-def _composition_step(
+def _carries_our_input(step: Mapping[str, Any]) -> bool:
+    found = step.get("input")
+    return (
+        isinstance(found, Mapping)
+        and found.get("apiVersion") == INPUT_API_VERSION
+        and found.get("kind") == INPUT_KIND
+    )
+
+
+def _step_label(composition: Mapping[str, Any], index: int, step: Mapping[str, Any]) -> str:
+    name = (composition.get("metadata") or {}).get("name") or "(unnamed)"
+    return f"Composition {name} spec.pipeline[{index}] (step {step.get('step')!r})"
+
+
+def function_step(
     docs: Sequence[dict[str, Any]], source: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the Composition, its first pipeline step that calls this function)."""
+    """(the Composition, its pipeline step whose input is this function's Input).
+
+    The step is known by its input's type, not by the Function's name: Crossplane names a
+    Function it installs as a dependency after the registry path it came from, so the
+    name differs from one registry to the next.
+    """
     comps = [d for d in docs if d.get("kind") == "Composition"]
     if not comps:
         msg = f"{source}: no Composition found"
         raise InputFileError(msg)
-    for comp in comps:
-        for step in comp.get("spec", {}).get("pipeline", None) or []:
-            if (step.get("functionRef") or {}).get("name") in FUNCTION_NAMES:
-                return comp, step
-    msg = f"{source}: no pipeline step has functionRef.name {' or '.join(sorted(FUNCTION_NAMES))}"
-    raise InputFileError(msg)
+    ours = [
+        (comp, index, step)
+        for comp in comps
+        for index, step in enumerate((comp.get("spec") or {}).get("pipeline") or [])
+        if isinstance(step, dict) and _carries_our_input(step)
+    ]
+    wanted = f"input with apiVersion: {INPUT_API_VERSION} and kind: {INPUT_KIND}"
+    if not ours:
+        msg = (
+            f"{source}: no pipeline step has an {wanted} (this function's step input; a step "
+            f"that calls the function without input needs at least those two fields)"
+        )
+        raise InputFileError(msg)
+    if len(ours) > 1:
+        labels = ", ".join(_step_label(comp, index, step) for comp, index, step in ours)
+        msg = f"{source}: {len(ours)} pipeline steps have an {wanted}: {labels}; keep exactly one"
+        raise InputFileError(msg)
+    comp, _, step = ours[0]
+    return comp, step
 
 
 def step_from_composition(
     docs: Sequence[dict[str, Any]], source: str = "the Composition"
 ) -> tuple[str, dict[str, Any]]:
-    """(step name, input) of the first pipeline step that calls this function (FUNCTION_NAMES)."""
-    _, step = _composition_step(docs, source)
-    return str(step.get("step") or DEFAULT_STEP), dict(step.get("input") or {})
+    """(step name, input) of the pipeline step whose input is this function's Input."""
+    _, step = function_step(docs, source)
+    return _name_and_input(step)
+
+
+def _name_and_input(step: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    return str(step.get("step") or DEFAULT_STEP), dict(step["input"])
 
 
 def step_input(
@@ -109,10 +141,11 @@ def step_input(
     With ``xr`` the Composition must be for its kind: the legacy and namespaced
     Compositions compose different kinds of resources.
     """
-    name, found = DEFAULT_STEP, {}
+    name: str = DEFAULT_STEP
+    found: dict[str, Any] = {}
     if composition:
-        comp, step = _composition_step(load_documents([composition]), str(composition))
-        name, found = str(step.get("step") or DEFAULT_STEP), dict(step.get("input") or {})
+        comp, step = function_step(load_documents([composition]), str(composition))
+        name, found = _name_and_input(step)
         if xr is not None:
             problem = composite_mismatch(xr, (comp.get("spec") or {}).get("compositeTypeRef"))
             if problem:

@@ -32,6 +32,14 @@ KINDS: dict[str, tuple[str, str]] = {
     "Policy": ("iam.aws.upbound.io/v1beta1", "iam.aws.m.upbound.io/v1beta1"),
     "RolePolicyAttachment": ("iam.aws.upbound.io/v1beta1", "iam.aws.m.upbound.io/v1beta1"),
     "SecurityGroupIngressRule": ("ec2.aws.upbound.io/v1beta1", "ec2.aws.m.upbound.io/v1beta1"),
+    # The cluster-scoped Distribution's v1beta1 is deprecated and of another shape
+    # (one-element lists for its objects); v1beta2 is shaped like the namespaced one.
+    "Distribution": ("cloudfront.aws.upbound.io/v1beta2", "cloudfront.aws.m.upbound.io/v1beta1"),
+    "OriginAccessControl": (
+        "cloudfront.aws.upbound.io/v1beta1",
+        "cloudfront.aws.m.upbound.io/v1beta1",
+    ),
+    "Record": ("route53.aws.upbound.io/v1beta2", "route53.aws.m.upbound.io/v1beta1"),
     "Release": ("helm.crossplane.io/v1beta1", "helm.m.crossplane.io/v1beta1"),
     "ProviderConfig": ("helm.crossplane.io/v1beta1", "helm.m.crossplane.io/v1beta1"),
     "Usage": ("apiextensions.crossplane.io/v1beta1", "protection.crossplane.io/v1beta1"),
@@ -214,7 +222,7 @@ class Flavour:
         Returned as a writer of ``{"apiVersion", "kind": "Usage", "metadata": {"labels":
         {USAGE_COMPOSITE_LABEL: composite}}, "spec": {"of", "by", "replayDeletion": true,
         "reason"}}``: a call writes up to 21 Usages, and parsing the fixed parts and
-        copying the two ends, both in C, costs half of writing them leaf by leaf (issue 5).
+        copying the two ends, both in C, costs half of writing them leaf by leaf.
         """
         head = _usage_head(self.api_version("Usage"), reason)
         labels = _usage_labels(composite)

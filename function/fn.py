@@ -133,7 +133,7 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
     asked.write(rsp.requirements)
     facts = accepted.read_facts(req, asked)
     try:
-        accept.refuse(accepted, facts)
+        accept.refuse(accepted, facts, accept.recorded_issuer(xr))
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
     # A legacy XR's Usages are cluster-scoped; a namespaced XR's are in its namespace.

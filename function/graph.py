@@ -78,6 +78,8 @@ class Node:
     build: Builder
     gates: tuple[Gate, ...] = ()
     readiness: Readiness = Readiness.CONDITION
+    # Why it may take long to turn Ready (said in the status while it is not), or "".
+    slow: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -254,7 +256,7 @@ class Observed:
     """Read-only view of observed composed resources, straight from the protobuf.
 
     Lookups are memoized for the call: a node's readiness, ARN and reference are
-    read by gates, builders, Usages and the status alike (issue 5).
+    read by gates, builders, Usages and the status alike, several times per call.
     """
 
     def __init__(
@@ -436,7 +438,7 @@ def _no_region(facts: ClusterFacts) -> Wait:
 
 
 # Gate factories are cached: their arguments are the code's own node names, so
-# the gates are made once per process instead of once per call (issue 5).
+# the gates are made once per process instead of once per call.
 @functools.cache
 def after(*nodes: str) -> Gate:
     """Gate: every node in ``nodes`` is observed and ready."""

@@ -39,6 +39,8 @@ class Issuer:
     bucket: str | None = None
     oidc_provider_arn: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # Behind CloudFront: spec.irsa.hosting as the function reads it (type, distribution...).
+    hosting: dict[str, str] | None = None
 
     def extra_args_v1beta2(self) -> list[dict[str, str]]:
         """KCP v1beta2 ``apiServer.extraArgs``: a list of name/value pairs."""
@@ -84,7 +86,30 @@ class Issuer:
             "The function publishes the JWKS from the <cluster>-sa Secret (CAPI's "
             "service-account key pair): keep the service-account key files kubeadm uses by default."
         )
-        return [keep, migrate, audiences, keys]
+        return [keep, migrate, audiences, keys, *self._hosting_notes()]
+
+    def _hosting_notes(self) -> list[str]:
+        hosting = self.hosting
+        if hosting is None:
+            return []
+        if hosting["distribution"] == "Shared":
+            shared = (
+                f"The platform team's CloudFront distribution for {hosting['domain']} serves the "
+                f"private bucket {hosting['bucket']} (README, IRSA): the function writes this "
+                f"cluster's documents under {hosting['path']}/ there, and nothing else."
+            )
+            return [shared]
+        slow = (
+            "CloudFront takes about 15 minutes to deploy the distribution; the IAM OIDC provider "
+            "and the add-ons' roles follow it."
+        )
+        notes = [slow]
+        if not hosting.get("hostedZoneId"):
+            notes.append(
+                f"No hostedZoneId: point {hosting['domain']} at the distribution yourself (a "
+                "Route 53 alias, or a CNAME); the ClusterPlugin's status.plugins says its name."
+            )
+        return notes
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form (``-o yaml|json``)."""
@@ -100,6 +125,8 @@ class Issuer:
         d["region"] = self.region
         d["regionFrom"] = self.region_source
         d["bucket"] = self.bucket
+        if self.hosting is not None:
+            d["hosting"] = self.hosting
         d["kubeadmControlPlane"] = {
             "v1beta2": self.patch("v1beta2"),
             "v1beta1": self.patch("v1beta1"),
@@ -143,18 +170,27 @@ def compute(
             spec.cluster_name,
             oidc_provider_arn=spec.irsa.oidc_provider_arn,
         )
+    names = accepted.names
     try:
         chosen, source = accept.region(accepted, facts, region)
     except accept.RegionError as err:
-        raise IssuerError(str(err)) from None
+        # A CloudFront issuer does not depend on the region.
+        if names.cloudfront is None:
+            raise IssuerError(str(err)) from None
+        chosen, source = "", "nowhere: the issuer behind CloudFront does not depend on it"
+    if chosen and names.cloudfront is not None:
+        refused = accept.cloudfront_region_problem(accepted, chosen)
+        if refused:
+            raise IssuerError(": ".join(refused))
     issuer = Issuer(
         mode,
         accepted.issuer_url(chosen),
         namespace,
         spec.cluster_name,
-        chosen,
+        chosen or None,
         source,
-        accepted.names.bucket,
+        names.issuer_bucket,
+        hosting=_hosting(accepted),
     )
     if not accepted.wants_irsa:
         issuer.warnings.append(
@@ -163,6 +199,22 @@ def compute(
             "will use once one is added"
         )
     return issuer
+
+
+def _hosting(accepted: accept.Accepted) -> dict[str, str] | None:
+    names, cloud_front = accepted.names, accepted.spec.irsa.cloud_front
+    if names.cloudfront is None or cloud_front is None:
+        return None
+    out = {
+        "type": "CloudFront",
+        "distribution": cloud_front.distribution.value,
+        "domain": cloud_front.domain,
+        "path": names.issuer_path,
+        "bucket": names.issuer_bucket,
+    }
+    if cloud_front.hosted_zone_id:
+        out["hostedZoneId"] = cloud_front.hosted_zone_id
+    return out
 
 
 def text(issuer: Issuer) -> str:
@@ -182,8 +234,13 @@ def text(issuer: Issuer) -> str:
             "there is nothing to change in the "
             "control plane.\n"
         )
+    hosting = issuer.hosting
+    where = f", region {issuer.region} (from {issuer.region_source})" if issuer.region else ""
+    how = "SelfHosted"
+    if hosting is not None:
+        how += f", behind the {hosting['distribution']} CloudFront distribution"
     lines = [
-        f"IRSA issuer (SelfHosted) of {who}, region {issuer.region} (from {issuer.region_source}):",
+        f"IRSA issuer ({how}) of {who}{where}:",
         "",
         f"    {issuer.url}",
         "",

@@ -3,7 +3,7 @@
 Only what a service-account key pair can hold: an RSA or ECDSA P-256 key as
 ``PUBLIC KEY`` (SubjectPublicKeyInfo), ``RSA PUBLIC KEY`` (PKCS#1) or inside a
 ``CERTIFICATE``. Importing ``cryptography`` for two integers cost every server
-7.5 MiB of RSS and 30 ms on the first key (issue 5). The key is re-encoded as
+7.5 MiB of RSS and 30 ms on the first key. The key is re-encoded as
 canonical DER for its ``kid``, as kube-apiserver does (``MarshalPKIXPublicKey``);
 tests check every form against ``cryptography``. Anything else, and every
 malformed input, is a ``KeyProblemError``.

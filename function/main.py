@@ -11,7 +11,8 @@ cold start pays only for what serving needs.
         [--input FILE] [--composition FILE] [-o yaml|json] [--crossplane-v1]
     function-cluster-plugin simulate XR.yaml [--required PATH]... [--input FILE]
         [--composition FILE] [--steps N] [--initialized-at N] [--available-at N]
-        [--ready-delay N] [--fail NODE@STEP[+DURATION]]... [--all-steps] [--delay S]
+        [--ready-delay N] [--slow KIND=N]... [--fail NODE@STEP[+DURATION]]...
+        [--all-steps] [--delay S]
         [--delete-cluster-at N [--cluster-gone-after K]] [--crossplane-v1] [-o text|json]
     function-cluster-plugin issuer XR.yaml [--input FILE] [--composition FILE]
         [--required PATH]... [--region R] [-o text|yaml|json]
@@ -347,6 +348,13 @@ def render_cmd(
     help="Reconciles after its creation at which a composed resource is observed Ready.",
 )
 @click.option(
+    "--slow",
+    multiple=True,
+    metavar="KIND=N",
+    help="Composed resources of KIND turn Ready N reconciles after creation instead, e.g. "
+    "Distribution=15 (CloudFront takes about 15 minutes). Repeatable.",
+)
+@click.option(
     "--fail",
     "faults",
     multiple=True,
@@ -404,6 +412,7 @@ def simulate_cmd(
     initialized_at: int,
     available_at: int,
     ready_delay: int,
+    slow: tuple[str, ...],
     faults: tuple[str, ...],
     all_steps: bool,
     delay: float | None,
@@ -434,6 +443,7 @@ def simulate_cmd(
             initialized_at=initialized_at,
             available_at=available_at,
             ready_delay=ready_delay,
+            slow=tuple(simulate.parse_slow(s) for s in slow),
             faults=tuple(simulate.parse_fault(f) for f in faults),
             crossplane_v1=crossplane_v1,
             all_steps=all_steps,

@@ -63,6 +63,25 @@ def partition_of(region: str) -> Partition:
     return PARTITIONS["aws"]
 
 
+# CloudFront distributions are served by this Route 53 hosted zone: alias records to any
+# distribution name it (AWS General Reference, "Amazon CloudFront endpoints and quotas").
+CLOUDFRONT_HOSTED_ZONE_ID = "Z2FDTNDATAQYW2"
+# IAM's limit on an OIDC provider URL (CreateOpenIDConnectProvider, Url).
+OIDC_PROVIDER_URL_MAX = 255
+
+
+@dataclass(frozen=True)
+class CloudFrontIssuer:
+    """A SelfHosted issuer served by CloudFront (``spec.irsa.hosting.cloudFront``), as given."""
+
+    domain: str
+    path_prefix: str  # "": the default of the distribution mode
+    shared: bool
+    # Shared: the platform team's bucket (and its region, "" for the cluster's).
+    bucket: str = ""
+    bucket_region: str = ""
+
+
 @dataclass(frozen=True)
 class Names:
     """Every name derived for one ClusterPlugin."""
@@ -71,6 +90,7 @@ class Names:
     namespace: str
     cluster: str
     bucket_override: str = ""
+    cloudfront: CloudFrontIssuer | None = None
 
     @functools.cached_property
     def binding(self) -> str:
@@ -119,8 +139,74 @@ class Names:
         )
 
     def issuer_url(self, region: str) -> str:
-        """The service-account issuer URL: the bucket's regional virtual-hosted endpoint."""
+        """The service-account issuer URL.
+
+        S3Public: the bucket's regional virtual-hosted endpoint. CloudFront:
+        ``https://<domain>[/<path>]``, whatever the region.
+        """
+        cloudfront = self.cloudfront
+        if cloudfront is not None:
+            path = self.issuer_path
+            return f"https://{cloudfront.domain}/{path}" if path else f"https://{cloudfront.domain}"
+        return self.s3_endpoint(region)
+
+    def s3_endpoint(self, region: str) -> str:
+        """The XR's own bucket's regional virtual-hosted endpoint (the S3Public issuer)."""
         return f"https://{self.bucket}.s3.{region}.{partition_of(region).dns_suffix}"
+
+    @property
+    def shared_path(self) -> str:
+        """The one path under a Shared distribution this XR may publish under."""
+        return f"{self.namespace}/{self.cluster}"
+
+    @property
+    def issuer_path(self) -> str:
+        """The issuer's path under its host ("" for none): the documents' key prefix."""
+        cloudfront = self.cloudfront
+        if cloudfront is None:
+            return ""
+        if cloudfront.path_prefix:
+            return cloudfront.path_prefix
+        return self.shared_path if cloudfront.shared else ""
+
+    def issuer_key(self, name: str) -> str:
+        """The object key of a discovery document (``keys.json``...) under the issuer's path."""
+        path = self.issuer_path
+        return f"{path}/{name}" if path else name
+
+    @property
+    def issuer_bucket(self) -> str:
+        """The bucket the discovery documents are written to (Shared: the platform team's)."""
+        cloudfront = self.cloudfront
+        if cloudfront is not None and cloudfront.shared:
+            return cloudfront.bucket
+        return self.bucket
+
+    def shared_path_problem(self) -> str | None:
+        """Why a Shared distribution's ``pathPrefix`` may not be used, or None.
+
+        Many tenants publish into one bucket behind one distribution: a tenant that
+        could choose its path could overwrite another's JWKS and take over every role
+        trusting that issuer. So the path is exactly ``<namespace>/<cluster>``, not
+        merely under it: a deeper path gains nothing and invites the path tricks
+        (``//``, percent-encoding) that S3, CloudFront and IAM each resolve their own way.
+        """
+        cloudfront = self.cloudfront
+        if cloudfront is None or not cloudfront.shared or not cloudfront.path_prefix:
+            return None
+        if cloudfront.path_prefix != self.shared_path:
+            return (
+                f"{cloudfront.path_prefix!r} is not this ClusterPlugin's own path "
+                f"{self.shared_path!r} (<namespace>/<cluster>): on a Shared distribution each "
+                "cluster publishes only there, so no ClusterPlugin can replace another's keys; "
+                "leave pathPrefix empty or set it to that"
+            )
+        return None
+
+    @property
+    def origin_access_control(self) -> str:
+        """The CloudFront origin access control's name (64 characters at most, per account)."""
+        return bounded(f"{self.prefix}irsa-{self.namespace}-{self.cluster}-{self.binding}", 64)
 
     def role(self, addon: str) -> str:
         """The IAM role name of ``addon``."""

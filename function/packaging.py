@@ -50,6 +50,10 @@ PROVIDERS = (
     ("provider-aws-s3", "v2.6.0"),
     ("provider-aws-iam", "v2.6.0"),
     ("provider-aws-ec2", "v2.6.0"),
+    # The issuer behind CloudFront (spec.irsa.hosting): distributions, origin access
+    # controls, and the optional Route 53 alias record.
+    ("provider-aws-cloudfront", "v2.6.0"),
+    ("provider-aws-route53", "v2.6.0"),
 )
 
 DOCKER_HUB = "index.docker.io"

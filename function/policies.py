@@ -3,8 +3,10 @@
 Security properties held here (and tested):
 - a trust policy names exactly one OIDC provider, one service account and the
   ``sts.amazonaws.com`` audience (StringEquals, no wildcards);
-- the only ``*`` principal is the public read of the two discovery documents,
-  plus a Deny of plain-HTTP access.
+- the only ``*`` principal in an Allow is the public read of the two discovery
+  documents of an S3Public issuer; behind CloudFront, only the CloudFront service
+  principal may read them, for one distribution (``AWS:SourceArn``), which S3 does
+  not count as public; every bucket policy also denies plain-HTTP access.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from function.names import Partition
 STS_AUDIENCE = "sts.amazonaws.com"
 DISCOVERY_KEY = ".well-known/openid-configuration"
 JWKS_KEY = "keys.json"
+
 
 def _compact(doc: object) -> str:
     return json.dumps(doc, separators=(",", ":"))
@@ -69,17 +72,76 @@ def bucket_policy(bucket: str, partition: Partition) -> str:
                     "Action": "s3:GetObject",
                     "Resource": [f"{arn}/{DISCOVERY_KEY}", f"{arn}/{JWKS_KEY}"],
                 },
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [arn, f"{arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                },
+                _deny_insecure_transport(arn),
             ],
         }
     )
+
+
+CLOUDFRONT_SERVICE = "cloudfront.amazonaws.com"
+
+
+def _deny_insecure_transport(bucket_arn: str) -> dict[str, object]:
+    return {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+
+
+def cloudfront_read_statement(resources: list[str], distribution_arn: str) -> dict[str, object]:
+    """GetObject on ``resources`` for CloudFront, on behalf of one distribution only.
+
+    AWS's own statement for an origin access control. A service principal under a
+    fixed ``AWS:SourceArn`` is not public to S3, so Block Public Access lets it be.
+    """
+    return {
+        "Sid": "CloudFrontReadsOIDCDiscovery",
+        "Effect": "Allow",
+        "Principal": {"Service": CLOUDFRONT_SERVICE},
+        "Action": "s3:GetObject",
+        "Resource": resources,
+        "Condition": {"StringEquals": {"AWS:SourceArn": distribution_arn}},
+    }
+
+
+@functools.lru_cache(maxsize=1024)
+def cloudfront_bucket_policy(
+    bucket: str, keys: tuple[str, ...], distribution_arn: str, partition: Partition
+) -> str:
+    """A Managed distribution's bucket: only it may read the two documents; deny non-TLS."""
+    arn = f"arn:{partition.name}:s3:::{bucket}"
+    return _compact(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                cloudfront_read_statement([f"{arn}/{k}" for k in keys], distribution_arn),
+                _deny_insecure_transport(arn),
+            ],
+        }
+    )
+
+
+def shared_bucket_policy(
+    bucket: str, distribution_arn: str, partition: Partition
+) -> dict[str, object]:
+    """What the platform team puts on a Shared distribution's bucket, once.
+
+    Every cluster's documents are at ``<namespace>/<cluster>/...``: the distribution
+    may read those two names under any such path, and nothing else.
+    """
+    arn = f"arn:{partition.name}:s3:::{bucket}"
+    resources = [f"{arn}/*/{DISCOVERY_KEY}", f"{arn}/*/{JWKS_KEY}"]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            cloudfront_read_statement(resources, distribution_arn),
+            _deny_insecure_transport(arn),
+        ],
+    }
 
 
 @functools.cache

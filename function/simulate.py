@@ -82,6 +82,15 @@ class Fault:
         return {"node": self.node, "step": self.start, "duration": self.duration}
 
 
+def parse_slow(text: str) -> tuple[str, int]:
+    """``KIND=N`` (``--slow``): resources of KIND turn Ready N reconciles after creation."""
+    kind, sep, count = text.partition("=")
+    if not sep or not kind or not count.isdigit() or int(count) < 1:
+        msg = f"{text!r} is not KIND=N with N at least 1 (e.g. Distribution=15)"
+        raise SimulateError(msg)
+    return kind, int(count)
+
+
 def parse_fault(text: str) -> Fault:
     """Parse ``NODE@STEP[+DURATION]`` (duration defaults to 1)."""
     m = _FAULT.match(text.strip())
@@ -103,6 +112,8 @@ class Settings:
     initialized_at: int = 3
     available_at: int = 8
     ready_delay: int = 1
+    # Kinds slower to turn Ready than ready_delay: (kind, reconciles after creation).
+    slow: tuple[tuple[str, int], ...] = ()
     faults: tuple[Fault, ...] = ()
     crossplane_v1: bool = False
     all_steps: bool = False
@@ -123,6 +134,7 @@ class Settings:
             "initializedAt": self.initialized_at,
             "availableAt": self.available_at,
             "readyDelay": self.ready_delay,
+            "slow": dict(self.slow),
             "faults": [f.as_dict() for f in self.faults],
             "crossplaneV1": self.crossplane_v1,
             "deleteClusterAt": self.delete_cluster_at,
@@ -396,6 +408,7 @@ class Simulator:
             crossplane_v1=s.crossplane_v1,
             capabilities=not s.crossplane_v1,
             ready_delay=s.ready_delay,
+            slow=dict(s.slow),
         )
         self.sim = Simulation(s, xr)
         self._ready: set[str] = set()

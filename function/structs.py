@@ -1,8 +1,8 @@
 """Read fields straight out of protobuf Structs.
 
 Observed resources arrive as ``google.protobuf.Struct``. Converting each one
-to a dict costs far more than reading the handful of fields the planner needs
-(see issue 5), so these helpers walk the Struct in place. Map access on a
+to a dict costs far more than reading the handful of fields the planner needs,
+so these helpers walk the Struct in place. Map access on a
 protobuf map auto-creates missing keys, hence the ``in`` checks before every
 lookup.
 """
@@ -122,7 +122,7 @@ def update(s: struct_pb2.Struct, d: dict[str, Any]) -> None:
     """``s.update(d)``: the same result and the same errors, ~1.7 times as fast.
 
     ``Struct.update`` is pure Python and checks every value against six types in
-    turn (issue 5: it was a third of each call). Keys already in ``s`` are replaced
+    turn (it was a third of each call). Keys already in ``s`` are replaced
     whole, as ``Struct.update`` replaces them; then ``fill`` writes ``d``.
     """
     fields = s.fields

@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,7 +136,30 @@ def _arn(obj: dict[str, Any], default_region: str = "us-east-1") -> str | None:
         return f"arn:{part}:iam::{ACCOUNT}:oidc-provider/{url.removeprefix('https://')}"
     if kind == "Bucket":
         return f"arn:{part}:s3:::{ext}"
+    if kind == "Distribution":
+        return f"arn:{part}:cloudfront::{ACCOUNT}:distribution/{_cloudfront_id(obj)}"
     return None
+
+
+def _cloudfront_id(obj: dict[str, Any]) -> str:
+    """An id as CloudFront assigns one (E and 13 more), deterministic here."""
+    seed = str(obj.get("metadata", {}).get("name", "")) + str(obj.get("kind"))
+    return "E" + hashlib.sha256(seed.encode()).hexdigest()[:13].upper()
+
+
+def _reported(obj: dict[str, Any], default_region: str) -> dict[str, str]:
+    """What the provider reports in ``status.atProvider`` once the resource exists."""
+    out: dict[str, str] = {}
+    arn = _arn(obj, default_region)
+    if arn:
+        out["arn"] = arn
+    kind = obj.get("kind")
+    if kind in {"Distribution", "OriginAccessControl"}:
+        out["id"] = _cloudfront_id(obj)
+    if kind == "Distribution":
+        out["domainName"] = f"{_cloudfront_id(obj).lower()}.cloudfront.net"
+        out["hostedZoneId"] = "Z2FDTNDATAQYW2"
+    return out
 
 
 def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool) -> None:
@@ -193,6 +216,7 @@ class World:
         crossplane_v1: bool = False,
         capabilities: bool = False,
         ready_delay: int = 1,
+        slow: Mapping[str, int] | None = None,
         runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
     ) -> None:
         self.xr = copy.deepcopy(xr)
@@ -201,6 +225,8 @@ class World:
         self.crossplane_v1 = crossplane_v1
         self.capabilities = capabilities
         self.ready_delay = ready_delay
+        # Kinds that take longer to turn Ready: kind -> reconciles after creation.
+        self.slow = dict(slow or {})
         self.runner = runner
         self.composed: dict[str, Composed] = {}
         self.step = 0
@@ -314,9 +340,9 @@ class World:
             ]
         else:
             status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
-        arn = _arn(obj, self.region)
-        if arn and c.ready:
-            status.setdefault("atProvider", {})["arn"] = arn
+        reported = _reported(obj, self.region) if c.ready else {}
+        if reported:
+            status.setdefault("atProvider", {}).update(reported)
         return obj
 
     def request(self) -> fnv1.RunFunctionRequest:
@@ -481,7 +507,8 @@ class World:
         for c in self.composed.values():
             c.ready = (
                 c.name not in self.held_down
-                and self.step - c.created_at + 1 >= self.ready_delay
+                and self.step - c.created_at + 1
+                >= self.slow.get(c.obj.get("kind", ""), self.ready_delay)
                 # provider-helm cannot reach a cluster that is gone.
                 and not (self.cluster_gone and c.obj.get("kind") == "Release")
             )

@@ -38,6 +38,18 @@ untouched:
 6. Route 53 hosted zone ids: moto draws 22 upper-case letters and digits, so most do
    not start with ``Z`` as every AWS id does (and as ``spec.dns.externalDNS.hostedZoneIDs``
    must). They get AWS's shape: ``Z`` and 20 more.
+7. IAM enforcement, CloudFront and Route 53: as in 4, moto passes ``"*"`` as the
+   resource; the ARN AWS evaluates is supplied (a distribution or origin access
+   control by its id, ``distribution/*`` for CreateDistribution, the ARN a tagging
+   call names; a hosted zone or change by its id). CreateDistributionWithTags is no IAM
+   action: AWS authorises it as cloudfront:CreateDistribution and cloudfront:TagResource,
+   and so does the test server.
+8. CloudFront origins: moto forgets an origin's ``OriginAccessControlId``; the test server
+   keeps it, as CloudFront does.
+9. IAM enforcement, signatures of CloudFront and Route 53 calls without a body (GET,
+   DELETE): moto recomputes the signature over the parameters it parsed from the URI as
+   if they were the body, and refuses every such call (SignatureDoesNotMatch). The body
+   that was signed, empty, is used.
 
 moto still does NOT evaluate Condition blocks of identity policies (no request
 context is passed), so ``iam:PolicyARN`` on AttachRolePolicy is only checked
@@ -65,13 +77,14 @@ from function.aws.role_checks import AddonRole, addon_roles, expected_policy_arn
 from function.aws.target import Target, build_target
 from function.files import load_documents
 from function.graph import CONTROL_PLANE, NODE, PortNeed
-from function.names import CLUSTER_TAG, IAM_PATH
+from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG, IAM_PATH
 from function.oidc import discovery_document, jwks_document
 from function.policies import (
     DISCOVERY_KEY,
     JWKS_KEY,
     STS_AUDIENCE,
     bucket_policy,
+    cloudfront_bucket_policy,
     external_dns_policy,
     lbc_policy,
     managed_policy_arn,
@@ -193,6 +206,69 @@ def _patch_resources() -> None:
     EC2Response._determine_resource = ec2_resource
 
 
+def _patch_cloudfront_and_route53() -> None:
+    from moto.cloudfront import models
+    from moto.cloudfront.responses import CloudFrontResponse
+    from moto.iam.access_control import IAMRequest
+    from moto.route53.responses import Route53
+
+    def cloudfront_resource(self: Any) -> str:
+        action = self._get_action()  # also matches the URI: fills uri_match
+        arn = f"arn:{self.partition}:cloudfront::{self.current_account}"
+        ident = (getattr(self, "uri_match", None) or {}).get("Id")
+        if action in {"TagResource", "UntagResource", "ListTagsForResource"}:
+            return str(self.querystring.get("Resource", ["*"])[0])
+        if action.startswith("CreateDistribution"):
+            return f"{arn}:distribution/*"
+        if "Distribution" in action and ident:
+            return f"{arn}:distribution/{ident}"
+        if "OriginAccessControl" in action and ident:
+            return f"{arn}:origin-access-control/{ident}"
+        return "*"
+
+    authorize = CloudFrontResponse._authenticate_and_authorize_normal_action
+
+    def cloudfront_authorize(self: Any, resource: str = "*") -> None:
+        if self._get_action() != "CreateDistributionWithTags":
+            authorize(self, resource)
+            return
+        for action in ("CreateDistribution", "TagResource"):
+            self._get_action = lambda action=action: action  # the name IAM checks
+            try:
+                authorize(self, resource)
+            finally:
+                del self._get_action
+
+    def route53_resource(self: Any) -> str:
+        action = self._get_action()
+        ident = str((getattr(self, "uri_match", None) or {}).get("Id", ""))
+        ident = ident.removeprefix("/hostedzone/").removeprefix("/change/")
+        if action == "GetChange" and ident:
+            return f"arn:{self.partition}:route53:::change/{ident}"
+        if ident and action != "ListHostedZones":
+            return f"arn:{self.partition}:route53:::hostedzone/{ident}"
+        return "*"
+
+    origin_init = models.Origin.__init__
+
+    def origin(self: Any, config: dict[str, Any]) -> None:
+        origin_init(self, config)
+        self.origin_access_control_id = config.get("OriginAccessControlId", "")
+
+    models.Origin.__init__ = origin
+    create_request = IAMRequest._create_aws_request
+
+    def signed_request(self: Any) -> Any:
+        if self._service in {"cloudfront", "route53"} and not self._body:
+            self._data = {}
+        return create_request(self)
+
+    IAMRequest._create_aws_request = signed_request
+    CloudFrontResponse._determine_resource = cloudfront_resource
+    CloudFrontResponse._authenticate_and_authorize_normal_action = cloudfront_authorize
+    Route53._determine_resource = route53_resource
+
+
 def _patch_managed_policies() -> None:
     """Load only the AWS-managed policies the tests attach, at the paths the function names them.
 
@@ -235,6 +311,7 @@ def _patch_moto() -> None:
     _patch_bucket_policy()
     _patch_s3_action_names()
     _patch_resources()
+    _patch_cloudfront_and_route53()
     _patch_managed_policies()
 
 
@@ -443,6 +520,16 @@ def open_ports(
 
 
 @dataclass
+class Distribution:
+    """A CloudFront distribution moto made."""
+
+    id: str
+    arn: str
+    domain_name: str
+    oac_id: str
+
+
+@dataclass
 class Composed:
     """What ``compose`` created."""
 
@@ -451,6 +538,8 @@ class Composed:
     lbc_policy_arn: str = ""
     # addon -> ARN of the function's own (customer-managed) policy
     policy_arns: dict[str, str] = field(default_factory=dict)
+    # Managed hosting: the distribution.
+    distribution: Distribution | None = None
 
 
 def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -472,47 +561,30 @@ def compose(
     ``trust_overrides`` replaces an add-on's trust policy (to plant a fault);
     ``extra_attachments`` attaches more policies to an add-on's role.
     """
-    s3, iam = clients.s3, clients.iam
+    iam = clients.iam
     p = target.partition
-    bucket = target.names.bucket
     cluster_tag = {CLUSTER_TAG: target.owner_tag}
-    create: dict[str, Any] = {"Bucket": bucket}
-    if target.region != "us-east-1":
-        create["CreateBucketConfiguration"] = {"LocationConstraint": target.region}
-    s3.create_bucket(**create)
-    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": _tag_list(cluster_tag)})
-    s3.put_bucket_ownership_controls(
-        Bucket=bucket, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
-    )
-    s3.put_public_access_block(
-        Bucket=bucket,
-        PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True,
-            "IgnorePublicAcls": True,
-            "BlockPublicPolicy": False,
-            "RestrictPublicBuckets": False,
-        },
-    )
-    s3.put_bucket_policy(Bucket=bucket, Policy=bucket_policy(bucket, p))
-    documents = {
-        DISCOVERY_KEY: discovery_document(target.issuer_url),
-        JWKS_KEY: jwks_document(public_pem),
-    }
-    for key, body in documents.items():
-        s3.put_object(
-            Bucket=bucket,
-            Key=key,
-            Body=body.encode(),
-            ContentType="application/json",
-            CacheControl="max-age=300",
-            Tagging=urlencode(cluster_tag),
+    cloudfront = target.names.cloudfront
+    managed = None
+    if cloudfront is None:
+        bucket = target.names.bucket
+        _create_bucket(clients, target, bucket, public=True)
+        clients.s3.put_bucket_policy(Bucket=bucket, Policy=bucket_policy(bucket, p))
+    elif not cloudfront.shared:
+        bucket = target.names.bucket
+        _create_bucket(clients, target, bucket, public=False)
+        managed = compose_managed_distribution(clients, target)
+        keys = (target.names.issuer_key(DISCOVERY_KEY), target.names.issuer_key(JWKS_KEY))
+        clients.s3.put_bucket_policy(
+            Bucket=bucket, Policy=cloudfront_bucket_policy(bucket, keys, managed.arn, p)
         )
+    put_documents(clients.s3, target, public_pem)
     provider = iam.create_open_id_connect_provider(
         Url=target.issuer_url, ClientIDList=[STS_AUDIENCE], Tags=_tag_list(cluster_tag)
     )["OpenIDConnectProviderArn"]
     account = clients.sts.get_caller_identity()["Account"]
     assert provider == provider_arn_for(p, account, target.issuer_host_path)
-    out = Composed(provider)
+    out = Composed(provider, distribution=managed)
     for addon in addon_roles(target.spec):
         out.roles[addon.addon] = _compose_role(
             clients=clients,
@@ -528,6 +600,158 @@ def compose(
         if addon.addon == "lbc":
             out.lbc_policy_arn = expected_policy_arn(target, account, addon)
     return out
+
+
+def _create_bucket(clients: Clients, target: Target, bucket: str, *, public: bool) -> None:
+    """The XR's own bucket: tagged, ACLs off, Block Public Access as the hosting wants it."""
+    s3 = clients.s3
+    create: dict[str, Any] = {"Bucket": bucket}
+    if target.region != "us-east-1":
+        create["CreateBucketConfiguration"] = {"LocationConstraint": target.region}
+    s3.create_bucket(**create)
+    s3.put_bucket_tagging(
+        Bucket=bucket, Tagging={"TagSet": _tag_list({CLUSTER_TAG: target.owner_tag})}
+    )
+    s3.put_bucket_ownership_controls(
+        Bucket=bucket, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    )
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": not public,
+            "RestrictPublicBuckets": not public,
+        },
+    )
+
+
+def put_documents(s3: Any, target: Target, public_pem: bytes) -> None:
+    """The two discovery documents, where the function's Objects put them."""
+    names = target.names
+    documents = {
+        DISCOVERY_KEY: discovery_document(target.issuer_url),
+        JWKS_KEY: jwks_document(public_pem),
+    }
+    for key, body in documents.items():
+        s3.put_object(
+            Bucket=names.issuer_bucket,
+            Key=names.issuer_key(key),
+            Body=body.encode(),
+            ContentType="application/json",
+            CacheControl="max-age=300",
+            Tagging=urlencode({CLUSTER_TAG: target.owner_tag}),
+        )
+
+
+def distribution_config(
+    *, domain: str, bucket: str, region: str, oac_id: str, certificate: str, reference: str
+) -> dict[str, Any]:
+    """A DistributionConfig as the provider sends the function's Distribution (or a platform's)."""
+    methods = {"Quantity": 2, "Items": ["GET", "HEAD"]}
+    return {
+        "CallerReference": reference,
+        "Aliases": {"Quantity": 1, "Items": [domain]},
+        "Origins": {
+            "Quantity": 1,
+            "Items": [
+                {
+                    "Id": "irsa-bucket",
+                    "DomainName": f"{bucket}.s3.{region}.amazonaws.com",
+                    "OriginAccessControlId": oac_id,
+                    "S3OriginConfig": {"OriginAccessIdentity": ""},
+                }
+            ],
+        },
+        "DefaultCacheBehavior": {
+            "TargetOriginId": "irsa-bucket",
+            "ViewerProtocolPolicy": "https-only",
+            "CachePolicyId": "4135ea2d-6df8-44a3-9df3-4b5a84be39ad",
+            "AllowedMethods": {**methods, "CachedMethods": methods},
+        },
+        "Comment": "IRSA issuers",
+        "Enabled": True,
+        "PriceClass": "PriceClass_100",
+        "ViewerCertificate": {
+            "ACMCertificateArn": certificate,
+            "SSLSupportMethod": "sni-only",
+            "MinimumProtocolVersion": "TLSv1.2_2021",
+        },
+    }
+
+
+def create_distribution(
+    clients: Clients,
+    *,
+    domain: str,
+    bucket: str,
+    region: str,
+    certificate: str,
+    tags: dict[str, str],
+    oac_name: str,
+) -> Distribution:
+    """An origin access control and a distribution with tags (CreateDistributionWithTags)."""
+    cf = clients.cloudfront
+    oac = cf.create_origin_access_control(
+        OriginAccessControlConfig={
+            "Name": oac_name,
+            "Description": "IRSA issuer",
+            "SigningProtocol": "sigv4",
+            "SigningBehavior": "always",
+            "OriginAccessControlOriginType": "s3",
+        }
+    )["OriginAccessControl"]["Id"]
+    config = distribution_config(
+        domain=domain,
+        bucket=bucket,
+        region=region,
+        oac_id=oac,
+        certificate=certificate,
+        reference=oac_name,
+    )
+    made = cf.create_distribution_with_tags(
+        DistributionConfigWithTags={
+            "DistributionConfig": config,
+            "Tags": {"Items": _tag_list(tags)},
+        }
+    )["Distribution"]
+    return Distribution(made["Id"], made["ARN"], made["DomainName"], oac)
+
+
+def compose_managed_distribution(clients: Clients, target: Target) -> Distribution:
+    """A Managed hosting's OAC, distribution and (with hostedZoneId) its alias record."""
+    cloud_front = target.spec.irsa.cloud_front
+    assert cloud_front is not None
+    made = create_distribution(
+        clients,
+        domain=cloud_front.domain,
+        bucket=target.names.bucket,
+        region=target.region,
+        certificate=cloud_front.certificate_arn,
+        tags={CLUSTER_TAG: target.owner_tag},
+        oac_name=target.names.origin_access_control,
+    )
+    if cloud_front.hosted_zone_id:
+        clients.route53.change_resource_record_sets(
+            HostedZoneId=cloud_front.hosted_zone_id,
+            ChangeBatch={
+                "Changes": [
+                    {
+                        "Action": "CREATE",
+                        "ResourceRecordSet": {
+                            "Name": cloud_front.domain,
+                            "Type": "A",
+                            "AliasTarget": {
+                                "HostedZoneId": CLOUDFRONT_HOSTED_ZONE_ID,
+                                "DNSName": made.domain_name,
+                                "EvaluateTargetHealth": False,
+                            },
+                        },
+                    }
+                ]
+            },
+        )
+    return made
 
 
 def custom_policy(target: Target, addon: str) -> tuple[str, str]:

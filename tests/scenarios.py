@@ -54,6 +54,8 @@ class Scenario:
     mutate_required: Callable[[list[dict[str, Any]]], None] | None = None
     step_input: dict[str, Any] = field(default_factory=dict)
     crossplane_v1: bool = False
+    # Kinds slower to turn Ready in the World (kind -> reconciles after creation).
+    slow: dict[str, int] = field(default_factory=dict)
 
     def world(self, *, staged: bool = True, **kw: Any) -> World:
         xr, required = example(self.example)
@@ -62,6 +64,7 @@ class Scenario:
             self.mutate_xr(xr)
         if self.mutate_required:
             self.mutate_required(required)
+        kw.setdefault("slow", self.slow)
         step_input = {**own_input(self.example), **self.step_input}
         w = World(xr, required, step_input=step_input, crossplane_v1=self.crossplane_v1, **kw)
         if staged:
@@ -225,6 +228,61 @@ SCENARIOS += [
     ),
     Scenario("external-dns-irsa-disabled", "external-dns", mutate_xr=_set("irsa", {"mode": "Disabled"})),
     Scenario("external-eks-dns", "external-eks", mutate_xr=_set("dns", _DNS)),
+]
+
+# The issuer behind CloudFront (examples/cloudfront-shared, a namespaced XR; examples/
+# cloudfront-managed, a legacy XR): both flavours of each, Crossplane 1.x, with and without the
+# Route 53 record, a path and a price class, a Shared bucket in another region. The distribution
+# is slower to turn Ready than the rest, as CloudFront's is (about 15 minutes).
+SLOW_DISTRIBUTION = {"Distribution": 4}
+
+
+def _namespaced(xr: dict[str, Any]) -> None:
+    # The legacy example as a namespaced ClusterPlugin of Crossplane v2.
+    xr["kind"] = "ClusterPlugin"
+    spec = xr["spec"]
+    xr["metadata"]["namespace"] = spec.pop("clusterNamespace")
+    spec["crossplane"] = {"compositionRef": {"name": "clusterplugins.clusterplugin.dev"}}
+    spec.pop("compositionRef")
+
+
+_CLOUDFRONT = "irsa.hosting.cloudFront"
+SCENARIOS += [
+    Scenario("cloudfront-shared", "cloudfront-shared"),
+    Scenario("cloudfront-shared-legacy-xr", "cloudfront-shared", mutate_xr=_legacy),
+    Scenario(
+        "cloudfront-shared-legacy-xr-v1", "cloudfront-shared", mutate_xr=_legacy, crossplane_v1=True
+    ),
+    Scenario(
+        "cloudfront-shared-bucket-elsewhere",
+        "cloudfront-shared",
+        mutate_xr=_all(
+            _set(f"{_CLOUDFRONT}.bucketRegion", "eu-central-1"),
+            _set(f"{_CLOUDFRONT}.pathPrefix", "team-c/api"),
+        ),
+    ),
+    Scenario("cloudfront-managed", "cloudfront-managed", slow=SLOW_DISTRIBUTION),
+    Scenario(
+        "cloudfront-managed-v1", "cloudfront-managed", crossplane_v1=True, slow=SLOW_DISTRIBUTION
+    ),
+    Scenario(
+        "cloudfront-managed-namespaced",
+        "cloudfront-managed",
+        mutate_xr=_namespaced,
+        slow=SLOW_DISTRIBUTION,
+    ),
+    Scenario(
+        "cloudfront-managed-no-record",
+        "cloudfront-managed",
+        mutate_xr=_all(
+            _namespaced,
+            lambda xr: xr["spec"]["irsa"]["hosting"]["cloudFront"].pop("hostedZoneId"),
+            _set(f"{_CLOUDFRONT}.pathPrefix", "issuers/auth"),
+            _set(f"{_CLOUDFRONT}.priceClass", "PriceClass_All"),
+        ),
+        step_input={"namePrefix": "acme-"},
+        slow=SLOW_DISTRIBUTION,
+    ),
 ]
 
 SCENARIO_IDS = [s.name for s in SCENARIOS]

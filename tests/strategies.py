@@ -315,7 +315,42 @@ def irsa_blocks(draw: st.DrawFn) -> dict[str, Any] | None:
                 "install": draw(st.booleans()),
                 "certManager": draw(st.sampled_from(["Install", "Existing"])),
             }
+        hosting = draw(hosting_blocks())
+        if hosting is not None:
+            out["hosting"] = hosting
+            if hosting.get("cloudFront", {}).get("distribution") == "Shared":
+                out.pop("bucketName", None)  # the documents go to the platform team's bucket
     return out
+
+
+CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+@st.composite
+def hosting_blocks(draw: st.DrawFn) -> dict[str, Any] | None:
+    """spec.irsa.hosting (None: left out; the rest of the time mostly S3Public)."""
+    kind = draw(st.sampled_from(["none", "none", "S3Public", "Shared", "Managed"]))
+    if kind == "none":
+        return None
+    if kind == "S3Public":
+        return {"type": "S3Public"}
+    cloud_front: dict[str, Any] = {
+        "distribution": kind,
+        "domain": draw(st.sampled_from(["oidc.example.com", "issuers.eu.example.org"])),
+    }
+    if kind == "Shared":
+        cloud_front["bucketName"] = draw(st.sampled_from(["acme-oidc", "platform-issuers-1"]))
+        if draw(st.booleans()):
+            cloud_front["bucketRegion"] = draw(st.sampled_from(["us-east-1", "eu-west-1"]))
+    else:
+        cloud_front["certificateArn"] = CERTIFICATE
+        if draw(st.booleans()):
+            cloud_front["hostedZoneId"] = "Z0123456789ABC"
+        if draw(st.booleans()):
+            cloud_front["pathPrefix"] = draw(st.sampled_from(["issuers", "k8s/prod_1", "a.b/c~d"]))
+        if draw(st.booleans()):
+            cloud_front["priceClass"] = draw(st.sampled_from(["PriceClass_100", "PriceClass_All"]))
+    return {"type": "CloudFront", "cloudFront": cloud_front}
 
 
 @st.composite

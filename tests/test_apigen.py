@@ -358,7 +358,8 @@ def test_a_new_spec_block_needs_only_the_model() -> None:
     assert hosting["properties"]["type"]["enum"] == ["S3Public", "CloudFront"]
     assert hosting["properties"]["cloudFront"]["required"] == ["domain"]
     # The IRSA block's CEL rules come along with the class they belong to.
-    assert len(irsa["x-kubernetes-validations"]) == 4
+    rules = IRSASpec.model_config["json_schema_extra"]["x-kubernetes-validations"]  # type: ignore[index]
+    assert len(irsa["x-kubernetes-validations"]) == len(rules) > 0
     cloud_front = {"type": "CloudFront", "cloudFront": {"domain": "oidc.example.com"}}
     ok = {"clusterName": "demo", "irsa": {"hosting": cloud_front}}
     assert validate_with_schema({"spec": ok}, schema) == []

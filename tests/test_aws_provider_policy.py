@@ -42,7 +42,7 @@ from click.testing import CliRunner
 
 from function.aws.checks import Clients
 from function.aws.cli import aws
-from function.aws.provider_policy import UNSCOPED_ACTIONS, provider_policy
+from function.aws.provider_policy import UNSCOPED_ACTIONS, CloudFrontHosting, provider_policy
 from function.aws.target import Target
 from function.names import CLUSTER_TAG, IAM_PATH, PARTITIONS, Names
 from function.policies import DISCOVERY_KEY, JWKS_KEY
@@ -69,14 +69,20 @@ class World:
 
 def _setup(
     server: h.MotoServer,
-    policy: dict[str, Any],
+    policy: dict[str, Any] | Callable[[Clients], dict[str, Any]],
     *,
     name_prefix: str = "",
     example: str = "selfhosted-full",
+    mutate_xr: Any = None,
 ) -> World:
-    """Admin setup, then a user holding only ``policy``, then enforcement on."""
+    """Admin setup, then a user holding only ``policy``, then enforcement on.
+
+    ``policy`` may be made from the admin's clients, once the rest of the setup exists.
+    """
     server.reset()
     admin = h.make_clients(server.endpoint)
+    if callable(policy):
+        policy = policy(admin)
     network = h.make_network(admin.ec2)
     admin.iam.create_role(
         RoleName="someone-elses-role",
@@ -92,7 +98,7 @@ def _setup(
     admin.iam.attach_user_policy(UserName="crossplane-provider", PolicyArn=arn)
     key = admin.iam.create_access_key(UserName="crossplane-provider")["AccessKey"]
     step = {"namePrefix": name_prefix} if name_prefix else None
-    target = h.target_of(example, network.groups, step_input=step)
+    target = h.target_of(example, network.groups, step_input=step, mutate_xr=mutate_xr)
     server.enforce_iam()
     creds = {
         "aws_access_key_id": key["AccessKeyId"],
@@ -108,7 +114,10 @@ def _setup(
 
 
 def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code"))
+    # moto's denials of REST-XML services (CloudFront, Route 53) carry no error code that
+    # botocore can parse: only their HTTP status says it.
+    code = err.response.get("Error", {}).get("Code")
+    return str(code or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
 
 
 class Calls:
@@ -615,3 +624,240 @@ def test_cli_prints_the_policy() -> None:
 def test_managed_policy_arns_exist_in_aws() -> None:
     """Every AWS-managed policy the function attaches exists at that path (moto mirrors AWS's list)."""
     assert h.missing_managed_policies() == []
+
+
+# --- issuers behind CloudFront -------------------------------------------------------------
+
+SHARED_BUCKET = "acme-oidc-issuers"  # examples/cloudfront-shared
+EVERYTHING = CloudFrontHosting(
+    domains=("oidc.example.com", "auth-oidc.example.com"),
+    shared_buckets=(SHARED_BUCKET,),
+    managed=True,
+    hosted_zone_ids=("Z0123456789ABCDEFGHIJ",),
+)
+
+
+def test_cloudfront_options_add_nothing_by_default() -> None:
+    assert provider_policy() == provider_policy(cloudfront=CloudFrontHosting())
+    text = json.dumps(provider_policy())
+    assert "cloudfront:" not in text and "route53:" not in text
+
+
+def test_policy_lets_the_provider_serve_a_shared_distribution(server: h.MotoServer) -> None:
+    def policy(admin: Clients) -> dict[str, Any]:
+        # The platform team's bucket exists (it is not the XR's).
+        admin.s3.create_bucket(Bucket=SHARED_BUCKET)
+        admin.s3.create_bucket(Bucket="another-teams-bucket")
+        hosting = CloudFrontHosting(domains=("oidc.example.com",), shared_buckets=(SHARED_BUCKET,))
+        return provider_policy(account_id=h.ACCOUNT, cloudfront=hosting)
+
+    w = _setup(server, policy, example="cloudfront-shared")
+    composed = h.compose(w.user, w.target, public_pem=h.example_public_key())  # creates: allowed
+    assert composed.provider_arn.endswith(":oidc-provider/oidc.example.com/team-c/api")
+    s3, call = w.user.s3, Calls()
+    for key in ("team-c/api/.well-known/openid-configuration", "team-c/api/keys.json"):
+        call(f"s3:GetObject {key}", lambda key=key: s3.get_object(Bucket=SHARED_BUCKET, Key=key))
+        call(f"s3:GetObjectTagging {key}", lambda key=key: s3.get_object_tagging(Bucket=SHARED_BUCKET, Key=key))
+        call(f"s3:DeleteObject {key}", lambda key=key: s3.delete_object(Bucket=SHARED_BUCKET, Key=key))
+    assert call.denied == [], call.denied
+    iam = w.user.iam
+    denied = {
+        "a document at the bucket's root": lambda: s3.put_object(Bucket=SHARED_BUCKET, Key="keys.json", Body=b"{}"),
+        "another object under the path": lambda: s3.put_object(Bucket=SHARED_BUCKET, Key="team-c/api/index.html", Body=b"x"),
+        "another bucket": lambda: s3.put_object(Bucket="another-teams-bucket", Key="team-c/api/keys.json", Body=b"{}"),
+        "the bucket's policy": lambda: s3.put_bucket_policy(
+            Bucket=SHARED_BUCKET, Policy=json.dumps({"Version": "2012-10-17", "Statement": []})
+        ),
+        "an OIDC provider of another domain": lambda: iam.create_open_id_connect_provider(
+            Url="https://oidc.example.org/team-c/api", ClientIDList=["sts.amazonaws.com"]
+        ),
+        "a distribution (Shared composes none)": lambda: w.user.cloudfront.list_tags_for_resource(
+            Resource=f"arn:aws:cloudfront::{h.ACCOUNT}:distribution/E123"
+        ),
+    }
+    got = {label: _denied(fn) for label, fn in denied.items()}
+    assert {label: code for label, code in got.items() if code not in DENIED} == {}
+
+
+def test_policy_lets_the_provider_manage_a_managed_distribution(server: h.MotoServer) -> None:
+    zones: dict[str, str] = {}
+
+    def policy(admin: Clients) -> dict[str, Any]:
+        for name in ("example.com", "example.org"):
+            zone = admin.route53.create_hosted_zone(Name=name, CallerReference=name)
+            zones[name] = zone["HostedZone"]["Id"].removeprefix("/hostedzone/")
+        hosting = CloudFrontHosting(
+            domains=("auth-oidc.example.com",), managed=True, hosted_zone_ids=(zones["example.com"],)
+        )
+        return provider_policy(account_id=h.ACCOUNT, cloudfront=hosting)
+
+    def own_zone(xr: dict[str, Any]) -> None:
+        xr["spec"]["irsa"]["hosting"]["cloudFront"]["hostedZoneId"] = zones["example.com"]
+
+    w = _setup(server, policy, example="cloudfront-managed", mutate_xr=own_zone)
+    composed = h.compose(w.user, w.target, public_pem=h.example_public_key())  # creates: allowed
+    assert composed.provider_arn.endswith(":oidc-provider/auth-oidc.example.com")
+    cf, r53, call = w.user.cloudfront, w.user.route53, Calls()
+    zone = zones["example.com"]
+    # What the provider does after creating them: refresh, tag, update, disable, delete.
+    assert composed.distribution is not None
+    dist_id = composed.distribution.id
+    arn = f"arn:aws:cloudfront::{h.ACCOUNT}:distribution/{dist_id}"
+    oac = composed.distribution.oac_id
+    tag = {"Items": [{"Key": "clusterplugin.dev/addon", "Value": "irsa"}]}
+    records = r53.list_resource_record_sets(HostedZoneId=zone)["ResourceRecordSets"]
+    alias = next(r for r in records if r["Type"] == "A")
+    for label, fn in {
+        "cloudfront:GetDistribution": lambda: cf.get_distribution(Id=dist_id),
+        "cloudfront:GetDistributionConfig": lambda: cf.get_distribution_config(Id=dist_id),
+        "cloudfront:ListTagsForResource": lambda: cf.list_tags_for_resource(Resource=arn),
+        "cloudfront:TagResource": lambda: cf.tag_resource(Resource=arn, Tags=tag),
+        "cloudfront:UntagResource": lambda: cf.untag_resource(
+            Resource=arn, TagKeys={"Items": ["clusterplugin.dev/addon"]}
+        ),
+        "cloudfront:UpdateDistribution (disable, before deleting)": lambda: _disable(cf, dist_id),
+        "cloudfront:GetOriginAccessControl": lambda: cf.get_origin_access_control(Id=oac),
+        "route53:GetHostedZone": lambda: r53.get_hosted_zone(Id=zone),
+        "route53:ListResourceRecordSets": lambda: r53.list_resource_record_sets(HostedZoneId=zone),
+        "route53:ChangeResourceRecordSets (DELETE)": lambda: r53.change_resource_record_sets(
+            HostedZoneId=zone, ChangeBatch={"Changes": [{"Action": "DELETE", "ResourceRecordSet": alias}]}
+        ),
+        "cloudfront:DeleteDistribution": lambda: cf.delete_distribution(
+            Id=dist_id, IfMatch=cf.get_distribution(Id=dist_id)["ETag"]
+        ),
+        "cloudfront:DeleteOriginAccessControl": lambda: cf.delete_origin_access_control(
+            Id=oac, IfMatch=cf.get_origin_access_control(Id=oac)["ETag"]
+        ),
+    }.items():
+        call(label, fn)
+    assert call.denied == [], f"the provider policy lacks permissions for: {call.denied}"
+    other = zones["example.org"]
+    denied = {
+        "a record in a zone not listed": lambda: r53.change_resource_record_sets(
+            HostedZoneId=other,
+            ChangeBatch={"Changes": [{"Action": "CREATE", "ResourceRecordSet": {**alias, "Name": "auth-oidc.example.org"}}]},
+        ),
+        "the records of a zone not listed": lambda: r53.list_resource_record_sets(HostedZoneId=other),
+        "an OIDC provider of another domain": lambda: w.user.iam.create_open_id_connect_provider(
+            Url="https://oidc.example.org", ClientIDList=["sts.amazonaws.com"]
+        ),
+        "a CloudFront function (it could rewrite what the issuer serves)": lambda: cf.create_function(
+            Name="rewrite",
+            FunctionConfig={"Comment": "x", "Runtime": "cloudfront-js-2.0"},
+            FunctionCode=b"function handler(event) { return event.request; }",
+        ),
+    }
+    got = {label: _denied(fn) for label, fn in denied.items()}
+    assert {label: code for label, code in got.items() if code not in DENIED} == {}
+
+
+def _disable(cf: Any, dist_id: str) -> Any:
+    got = cf.get_distribution_config(Id=dist_id)
+    config = {**got["DistributionConfig"], "Enabled": False}
+    return cf.update_distribution(Id=dist_id, IfMatch=got["ETag"], DistributionConfig=config)
+
+
+def test_the_alias_record_grant_is_limited_to_the_issuers_a_records() -> None:
+    """moto ignores conditions: the record names and types are checked here."""
+    policy = provider_policy(account_id=h.ACCOUNT, cloudfront=EVERYTHING)
+    (st,) = [s for s in _statements(policy) if s["Action"] == "route53:ChangeResourceRecordSets"]
+    assert st["Resource"] == ["arn:aws:route53:::hostedzone/Z0123456789ABCDEFGHIJ"]
+    assert st["Condition"] == {
+        "ForAllValues:StringEquals": {
+            "route53:ChangeResourceRecordSetsNormalizedRecordNames": [
+                "oidc.example.com",
+                "auth-oidc.example.com",
+            ],
+            "route53:ChangeResourceRecordSetsRecordTypes": ["A"],
+        }
+    }
+
+
+def test_cloudfront_statements_scope_every_resource_they_can() -> None:
+    base = {json.dumps(s, sort_keys=True) for s in _statements(provider_policy(account_id=h.ACCOUNT))}
+    added = [
+        s
+        for s in _statements(provider_policy(account_id=h.ACCOUNT, cloudfront=EVERYTHING))
+        if json.dumps(s, sort_keys=True) not in base
+    ]
+    assert {s["Sid"] for s in added} == {
+        "CloudFrontIssuerOIDCProviders",
+        "SharedDistributionDocuments",
+        "ManagedDistributions",
+        "ManagedOriginAccessControls",
+        "CreateOriginAccessControls",
+        "IssuerAliasRecords",
+        "IssuerAliasZones",
+        "IssuerAliasChanges",
+    }
+    for st in added:
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        assert all("*" not in a for a in actions)
+        assert all(a.split(":")[0] in {"iam", "s3", "cloudfront", "route53"} for a in actions)
+        resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+        if resources == ["*"]:
+            # Only what AWS cannot scope: creating an origin access control names no resource.
+            assert actions == ["cloudfront:CreateOriginAccessControl"]
+        for r in resources:
+            assert r == "*" or r.startswith("arn:aws:"), r
+    grants = provider_policy(account_id=h.ACCOUNT, cloudfront=EVERYTHING)
+    assert _allows(grants, "s3:PutObject", f"arn:aws:s3:::{SHARED_BUCKET}/team-c/api/keys.json")
+    assert not _allows(grants, "s3:PutObject", f"arn:aws:s3:::{SHARED_BUCKET}/keys.json")
+    assert not _allows(grants, "s3:PutBucketPolicy", f"arn:aws:s3:::{SHARED_BUCKET}")
+    oidc = f"arn:aws:iam::{h.ACCOUNT}:oidc-provider/"
+    assert _allows(grants, "iam:CreateOpenIDConnectProvider", f"{oidc}oidc.example.com/team-c/api")
+    assert not _allows(grants, "iam:CreateOpenIDConnectProvider", f"{oidc}oidc.example.community")
+    compact = json.dumps(grants, separators=(",", ":"))
+    assert len(compact) <= 6144
+
+
+def test_parliament_finds_nothing_new_in_the_cloudfront_statements() -> None:
+    from parliament import analyze_policy_string
+
+    def findings(policy: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(f.issue, str(f.detail)) for f in analyze_policy_string(json.dumps(policy)).findings}
+
+    base = findings(provider_policy(account_id=h.ACCOUNT))
+    # The issuer buckets' policy is the provider's to write (PutBucketPolicy), by design.
+    assert {issue for issue, _ in base} == {"RESOURCE_POLICY_PRIVILEGE_ESCALATION"}
+    assert findings(provider_policy(account_id=h.ACCOUNT, cloudfront=EVERYTHING)) == base
+    # Control: parliament does read CloudFront grants.
+    star = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "cloudfront:DeleteDistribution", "Resource": "*"}]}
+    assert any(f.issue == "RESOURCE_STAR" for f in analyze_policy_string(json.dumps(star)).findings)
+
+
+@pytest.mark.parametrize(
+    ("hosting", "partition", "words"),
+    [
+        (EVERYTHING, "aws-cn", "not supported in aws-cn"),
+        (EVERYTHING, "aws-us-gov", "not supported in aws-us-gov"),
+        (CloudFrontHosting(managed=True), "aws", "needs the issuers' domains"),
+        (CloudFrontHosting(domains=("d.example.com",), hosted_zone_ids=("Z1",)), "aws", "only used by Managed"),
+        (CloudFrontHosting(domains=("https://d.example.com",)), "aws", "is not a host name"),
+        (CloudFrontHosting(domains=("d.example.com",), shared_buckets=("a*",)), "aws", "shared bucket"),
+        (CloudFrontHosting(domains=("d.example.com",), managed=True, hosted_zone_ids=("*",)), "aws", "not a Route 53 zone id"),
+    ],
+)
+def test_cloudfront_options_that_would_grant_too_much_are_refused(
+    hosting: CloudFrontHosting, partition: str, words: str
+) -> None:
+    with pytest.raises(ValueError, match=words):
+        provider_policy(partition=partition, cloudfront=hosting)
+
+
+def test_cli_prints_the_cloudfront_statements() -> None:
+    r = CliRunner().invoke(
+        aws,
+        [
+            "provider-policy",
+            "--issuer-domain", "oidc.example.com",
+            "--shared-bucket", SHARED_BUCKET,
+            "--managed-distributions",
+            "--hosted-zone-id", "Z0123456789ABC",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    sids = {s["Sid"] for s in json.loads(r.stdout)["Statement"]}
+    assert {"SharedDistributionDocuments", "ManagedDistributions", "IssuerAliasRecords"} <= sids
+    bad = CliRunner().invoke(aws, ["provider-policy", "--managed-distributions"])
+    assert bad.exit_code == 2 and "needs the issuers' domains" in bad.output

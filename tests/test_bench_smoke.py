@@ -1,4 +1,4 @@
-"""The benchmark harness works end to end (issue 5): tiny counts, no timing asserted.
+"""The benchmark harness works end to end: tiny counts, no timing asserted.
 
 In process (function and floors, scaling) and one short loopback gRPC run of the
 real ``function-cluster-plugin serve``; a few seconds. ``make bench`` runs it for real.

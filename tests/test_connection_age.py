@@ -1,4 +1,4 @@
-"""Replicas that share the load: bounded connection age and a keepalive policy (issue 15).
+"""Replicas that share the load: bounded connection age and a keepalive policy.
 
 Through the real console script. Times are scaled down (the mechanism is grpc core's
 own, unchanged by the scale): connection age 1-2 s instead of 5 min, its grace 5 s
@@ -110,9 +110,11 @@ def test_a_busy_channel_reconnects_once_per_age_and_no_call_fails(mtls: bool, tl
     # Age 1 s with grpc's +-10% jitter: every connection ends within ~1.1 s (+ reconnect).
     assert states.reconnects() >= int(seconds / 1.5), states.seen
     assert lifetimes and max(lifetimes) < 1.5, lifetimes
-    # A GOAWAY leaves the channel IDLE (then CONNECTING at once: the watcher may see either);
-    # a broken connection would show TRANSIENT_FAILURE.
-    assert set(states.left_ready()) <= {"IDLE", "CONNECTING"}, states.seen
+    # A GOAWAY leaves the channel IDLE (then CONNECTING and READY at once: the watcher may see
+    # either, or READY again when both passed between two of its reads, as CI saw once on a busy
+    # machine); a broken connection would show TRANSIENT_FAILURE, which lasts grpc's reconnect
+    # backoff (1 s at first), far longer than the watcher can miss.
+    assert set(states.left_ready()) <= {"IDLE", "CONNECTING", "READY"}, states.seen
     assert "TRANSIENT_FAILURE" not in {s for _, s in states.seen}, states.seen
 
 

@@ -313,17 +313,35 @@ def trust_problems(d: Doc) -> list[str]:
 
 
 def bucket_problems(d: Doc) -> list[str]:
-    """Public GetObject of the two discovery documents, a Deny of plain HTTP; nothing else."""
+    """GetObject of the two discovery documents (public, or behind CloudFront for one
+    distribution only, never ``*``), a Deny of plain HTTP; nothing else."""
     doc = json.loads(d.text)
     arn = f"arn:{_partition(d.ctx['region'])}:s3:::{d.ctx['bucket']}"
-    want = [
-        {
-            "Sid": "PublicReadOIDCDiscovery",
+    issuer = d.ctx["issuer"]
+    path = re.sub(r"^https://[^/]+/?", "", issuer)
+    keys = [f"{path}/{k}" if path else k for k in (".well-known/openid-configuration", "keys.json")]
+    read: dict[str, Any] = {
+        "Sid": "PublicReadOIDCDiscovery",
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:GetObject",
+        "Resource": [f"{arn}/{k}" for k in keys],
+    }
+    if not issuer.startswith(f"https://{d.ctx['bucket']}.s3."):
+        # Behind CloudFront: the service principal, for this XR's distribution only.
+        source = doc["Statement"][0].get("Condition", {}).get("StringEquals", {}).get("AWS:SourceArn", "")
+        if not re.fullmatch(r"arn:aws:cloudfront::\d{12}:distribution/[A-Z0-9]+", source):
+            return [f"the CloudFront read names no single distribution: {d.text}"]
+        read = {
+            "Sid": "CloudFrontReadsOIDCDiscovery",
             "Effect": "Allow",
-            "Principal": "*",
+            "Principal": {"Service": "cloudfront.amazonaws.com"},
             "Action": "s3:GetObject",
-            "Resource": [f"{arn}/.well-known/openid-configuration", f"{arn}/keys.json"],
-        },
+            "Resource": read["Resource"],
+            "Condition": {"StringEquals": {"AWS:SourceArn": source}},
+        }
+    want = [
+        read,
         {
             "Sid": "DenyInsecureTransport",
             "Effect": "Deny",

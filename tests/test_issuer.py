@@ -217,3 +217,51 @@ def test_no_irsa_addon_still_prints_with_a_warning(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert "no add-on in the spec uses IRSA" in r.stderr
     assert "https://irsa-team-a-demo-" in r.stdout
+
+
+# --- the issuer behind CloudFront -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("cloudfront-shared", "https://oidc.example.com/team-c/api"),
+        ("cloudfront-managed", "https://auth-oidc.example.com"),
+    ],
+)
+def test_cloudfront_issuer_is_what_the_function_writes_and_the_example_kcp_carries(
+    name: str, url: str
+) -> None:
+    xr = str(EXAMPLES / name / "xr.yaml")
+    doc = issuer_json(xr, "--required", str(EXAMPLES / name / "required"))
+    assert doc["issuerURL"] == url == rendered_issuer(name)
+    assert doc["hosting"]["type"] == "CloudFront"
+    # The same control-plane patch as for any issuer.
+    v1beta2 = doc["kubeadmControlPlane"]["v1beta2"]["spec"]["kubeadmConfigSpec"]
+    args = v1beta2["clusterConfiguration"]["apiServer"]["extraArgs"]
+    assert {"name": "service-account-issuer", "value": url} in args
+    kcp = yaml.safe_load((EXAMPLES / name / "required" / "kubeadmcontrolplane.yaml").read_text())
+    example_args = kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"]
+    assert {"name": "service-account-issuer", "value": url} in example_args
+
+
+def test_shared_issuer_text_names_the_bucket_and_path() -> None:
+    r = invoke(str(EXAMPLES / "cloudfront-shared" / "xr.yaml"))
+    assert r.exit_code == 0, r.output
+    assert "behind the Shared CloudFront distribution" in r.stdout
+    assert "\n    https://oidc.example.com/team-c/api\n" in r.stdout
+    assert "acme-oidc-issuers" in r.stdout and "team-c/api/" in r.stdout
+
+
+def test_cloudfront_issuer_needs_no_region(tmp_path: Path) -> None:
+    def no_region(xr: dict[str, Any]) -> None:
+        xr["spec"].pop("region")
+
+    xr = write_xr(tmp_path, "cloudfront-shared", no_region)
+    doc = issuer_json(str(xr))
+    assert doc["issuerURL"] == "https://oidc.example.com/team-c/api"
+    assert doc["region"] is None
+    # A region that rules CloudFront out is refused with the function's words.
+    r = invoke(str(xr), "--region", "us-gov-west-1")
+    assert r.exit_code == 2
+    assert "spec.irsa.hosting: us-gov-west-1 is in aws-us-gov: CloudFront is not" in r.stderr

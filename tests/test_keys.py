@@ -1,4 +1,4 @@
-"""function.keys reads public keys as ``cryptography`` does (issue 5 dropped it at run time).
+"""function.keys reads public keys as ``cryptography`` does (the function no longer imports it).
 
 ``cryptography`` stays a test dependency: it is the reference for every key form a
 ``<cluster>-sa`` Secret can hold, and for which mangled inputs are keys at all.
@@ -55,7 +55,7 @@ def _private(kind: str) -> rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey:
 
 
 def _reference_jwk(pem: bytes) -> dict[str, str]:
-    """The JWK as the function computed it with ``cryptography`` before issue 5."""
+    """The JWK as the function computed it when it used ``cryptography``."""
     if b"BEGIN CERTIFICATE" in pem:
         key = x509.load_pem_x509_certificate(pem).public_key()
     else:

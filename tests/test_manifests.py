@@ -130,14 +130,16 @@ EXAMPLE_XRS = _example_xrs()
 def test_the_fixture_lists_are_not_empty() -> None:
     # Guards the parametrized tests below against silently testing nothing.
     assert len(REQUIRED_FILES) >= 10
-    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 3
+    assert len(REQUIRED_FILES) - len(REQUIRED_CRD_FILES) == 5  # the <cluster>-sa Secrets
     assert {p.name for p in SCENARIOS} >= {
         "selfhosted-full",
         "calico-legacy-claim",
         "external-eks",
         "external-dns",
+        "cloudfront-shared",
+        "cloudfront-managed",
     }
-    assert len(EXAMPLE_XRS) == 5
+    assert len(EXAMPLE_XRS) == 7
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
@@ -418,9 +420,11 @@ def test_the_v1beta1_examples_composition_asks_for_what_its_objects_are() -> Non
 
 def _cluster_namespace(scenario: Path) -> str:
     xr = _load(scenario / "xr.yaml")
+    # A namespaced XR's own namespace, a claim's, or an unclaimed legacy XR's clusterNamespace.
     return (
         xr["metadata"].get("namespace")
-        or xr["metadata"]["labels"]["crossplane.io/claim-namespace"]
+        or xr["metadata"].get("labels", {}).get("crossplane.io/claim-namespace")
+        or xr["spec"]["clusterNamespace"]
     )
 
 
@@ -588,6 +592,18 @@ def test_mirror_check_is_not_vacuous() -> None:
 
 BASE = {"clusterName": "demo"}
 
+_SHARED = {"distribution": "Shared", "domain": "oidc.example.com", "bucketName": "acme-oidc"}
+_MANAGED = {
+    "distribution": "Managed",
+    "domain": "oidc.example.com",
+    "certificateArn": "arn:aws:acm:us-east-1:111122223333:certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+}
+_EXTERNAL = {
+    "mode": "External",
+    "issuerURL": "https://x",
+    "oidcProviderARN": "arn:aws:iam::1:oidc-provider/x",
+}
+
 # (description, spec) -> whether parse_spec accepts it; the XRD schemas must agree.
 SPEC_CASES: list[tuple[str, dict[str, Any]]] = [
     ("minimal", {}),
@@ -724,6 +740,166 @@ SPEC_CASES: list[tuple[str, dict[str, Any]]] = [
     ("unknown zone type", {"dns": {"externalDNS": {"hostedZoneIDs": ["Z1"], "zoneType": "both"}}}),
     ("typo in dns", {"dns": {"externalDns": {"hostedZoneIDs": ["Z1"]}}}),
     ("bad clusterName", {"clusterName": "Demo_1"}),
+    *[
+        (f"cloudfront: {case}", {"irsa": {**irsa, "hosting": hosting}})
+        for case, irsa, hosting in (
+            ("shared", {}, {"type": "CloudFront", "cloudFront": _SHARED}),
+            (
+                "shared, everything",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {**_SHARED, "pathPrefix": "a/b", "bucketRegion": "eu-west-1"},
+                },
+            ),
+            (
+                "managed, everything",
+                {"bucketName": "my-issuer-bucket"},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "pathPrefix": "issuers/v1.x_~y",
+                        "hostedZoneId": "Z0123456789ABC",
+                        "priceClass": "PriceClass_All",
+                    },
+                },
+            ),
+            ("S3Public", {}, {"type": "S3Public"}),
+            ("hosting when External", _EXTERNAL, {"type": "S3Public"}),
+            ("hosting when Disabled", {"mode": "Disabled"}, {}),
+            ("type CloudFront alone", {}, {"type": "CloudFront"}),
+            ("cloudFront with S3Public", {}, {"type": "S3Public", "cloudFront": _SHARED}),
+            ("cloudFront without a type", {}, {"cloudFront": _SHARED}),
+            ("unknown type", {}, {"type": "Akamai"}),
+            (
+                "shared without bucketName",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "bucketName": ""}},
+            ),
+            (
+                "managed without certificateArn",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "certificateArn": ""}},
+            ),
+            (
+                "no distribution",
+                {},
+                {"type": "CloudFront", "cloudFront": {"domain": "o.example.com", "bucketName": "b-1"}},
+            ),
+            (
+                "certificate in eu-west-1",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": _MANAGED["certificateArn"].replace("us-east-1", "eu-west-1"),
+                    },
+                },
+            ),
+            (
+                "certificate of another partition",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": _MANAGED["certificateArn"].replace("aws:", "aws-us-gov:"),
+                    },
+                },
+            ),
+            (
+                "IAM server certificate",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {
+                        **_MANAGED,
+                        "certificateArn": "arn:aws:iam::111122223333:server-certificate/x",
+                    },
+                },
+            ),
+            (
+                "shared with certificateArn",
+                {},
+                {
+                    "type": "CloudFront",
+                    "cloudFront": {**_SHARED, "certificateArn": _MANAGED["certificateArn"]},
+                },
+            ),
+            (
+                "shared with hostedZoneId",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "hostedZoneId": "Z1"}},
+            ),
+            (
+                "shared with priceClass",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "priceClass": "PriceClass_100"}},
+            ),
+            (
+                "managed with bucketName",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "bucketName": "b-1"}},
+            ),
+            (
+                "managed with bucketRegion",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "bucketRegion": "eu-west-1"}},
+            ),
+            (
+                "domain with a scheme",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "https://o.example.com"}},
+            ),
+            (
+                "upper-case domain",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "OIDC.example.com"}},
+            ),
+            (
+                "one-label domain",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "domain": "localhost"}},
+            ),
+            (
+                "path with ..",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "a/../b"}},
+            ),
+            (
+                "path with a leading /",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "/a"}},
+            ),
+            (
+                "path with //",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "pathPrefix": "a//b"}},
+            ),
+            (
+                "bad zone id",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "hostedZoneId": "example.com"}},
+            ),
+            (
+                "bad bucketRegion",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_SHARED, "bucketRegion": "EU"}},
+            ),
+            (
+                "unknown price class",
+                {},
+                {"type": "CloudFront", "cloudFront": {**_MANAGED, "priceClass": "Cheap"}},
+            ),
+            (
+                "irsa.bucketName with Shared",
+                {"bucketName": "my-issuer-bucket"},
+                {"type": "CloudFront", "cloudFront": _SHARED},
+            ),
+        )
+    ],
     ("empty clusterName", {"clusterName": ""}),
     ("long clusterName", {"clusterName": "a" * 64}),
 ]

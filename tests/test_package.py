@@ -78,9 +78,6 @@ PROVIDER_REGISTRY = "xpkg.crossplane.io/crossplane-contrib"
 # provider-aws-* packages (the family-provider design; their v2.6.0 metadata was not readable
 # here), so it is not declared again.
 INDIRECT_PROVIDERS = {"provider-family-aws"}
-# Vendored ahead of the CloudFront issuer hosting; the packages depend on them once
-# the function composes their kinds.
-NOT_YET_COMPOSED = {"provider-aws-cloudfront", "provider-aws-route53"}
 
 # The flavour each package root holds: its XRD's apiVersion and kind.
 FLAVOURS = {
@@ -248,7 +245,6 @@ def expected_dependencies() -> dict[str, tuple[str, str]]:
         for folder, (_, tag) in tags.items()
         if folder.startswith("provider-")
         and folder not in INDIRECT_PROVIDERS
-        and folder not in NOT_YET_COMPOSED
     }
     package, tag, _ = function_source()
     out[package] = ("Function", tag)
@@ -445,10 +441,12 @@ def test_only_the_v2_package_is_limited_to_crossplane_v2() -> None:
 
 def test_packages_pin_the_tested_versions_to_the_function_release() -> None:
     expected = expected_dependencies()
-    # PROVENANCE.md: upjet AWS v2.6.0 (s3, iam, ec2), provider-helm v1.4.0.
+    # PROVENANCE.md: upjet AWS v2.6.0 (s3, iam, ec2, cloudfront, route53), provider-helm v1.4.0.
     assert expected[f"{PROVIDER_REGISTRY}/provider-aws-s3"] == ("Provider", "v2.6.0")
+    assert expected[f"{PROVIDER_REGISTRY}/provider-aws-cloudfront"] == ("Provider", "v2.6.0")
+    assert expected[f"{PROVIDER_REGISTRY}/provider-aws-route53"] == ("Provider", "v2.6.0")
     assert expected[f"{PROVIDER_REGISTRY}/provider-helm"] == ("Provider", "v1.4.0")
-    assert len(expected) == 5, sorted(expected)
+    assert len(expected) == 7, sorted(expected)
     package, tag, _ = function_source()
     assert tag == f"v{__version__}", "the Function the README installs is this release"
     assert expected[package] == ("Function", tag)

@@ -79,6 +79,30 @@ EXTERNAL = {
     "oidcProviderARN": "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE",
 }
 CALICO_ONLY = {"networking": {"calico": {}}}
+CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+SHARED = {"distribution": "Shared", "domain": "oidc.example.com", "bucketName": "acme-oidc"}
+MANAGED = {"distribution": "Managed", "domain": "oidc.example.com", "certificateArn": CERTIFICATE}
+
+
+def _cloudfront(**fields: Any) -> dict[str, Any]:
+    """A spec fragment: the issuer behind CloudFront with these cloudFront fields."""
+    return {"irsa": {"hosting": {"type": "CloudFront", "cloudFront": fields}}}
+
+
+def _issuer_in_use(url: str) -> Change:
+    """The XR's status as the function wrote it once the issuer's OIDC provider existed."""
+    host = url.removeprefix("https://")
+    return _set(
+        {
+            "issuerURL": url,
+            "oidcProviderARN": f"arn:aws:iam::111122223333:oidc-provider/{host}",
+        },
+        "status",
+    )
+
+
+# examples/selfhosted-full's S3Public issuer.
+SELFHOSTED_ISSUER = "https://irsa-team-a-demo-1960e3.s3.us-east-1.amazonaws.com"
 
 
 def _values(path: tuple[str, ...], values: dict[str, Any], base: Any = None) -> dict[str, Any]:
@@ -241,6 +265,136 @@ CASES = [
         "bucket-only-selfhosted",
         "spec.irsa.bucketName: is only allowed when mode is SelfHosted (mode is External)",
         {"irsa": {**EXTERNAL, "bucketName": "abc"}},
+    ),
+    Case(
+        "hosting-only-selfhosted",
+        "spec.irsa.hosting: is only allowed when mode is SelfHosted (mode is External)",
+        {"irsa": {**EXTERNAL, "hosting": {"type": "CloudFront", "cloudFront": SHARED}}},
+    ),
+    Case(
+        "hosting-type",
+        "spec.irsa.hosting.type: must be one of 'S3Public' or 'CloudFront'",
+        {"irsa": {"hosting": {"type": "Akamai"}}},
+    ),
+    Case(
+        "cloudfront-missing",
+        "spec.irsa.hosting.cloudFront: is required when type is CloudFront",
+        {"irsa": {"hosting": {"type": "CloudFront"}}},
+    ),
+    Case(
+        "cloudfront-without-type",
+        "spec.irsa.hosting.cloudFront: is only allowed when type is CloudFront (type is S3Public)",
+        {"irsa": {"hosting": {"cloudFront": SHARED}}},
+    ),
+    Case(
+        "cloudfront-distribution-missing",
+        "spec.irsa.hosting.cloudFront.distribution: is required",
+        _cloudfront(domain="oidc.example.com", bucketName="acme-oidc"),
+    ),
+    Case(
+        "cloudfront-domain-missing",
+        "spec.irsa.hosting.cloudFront.domain: is required",
+        _cloudfront(distribution="Shared", bucketName="acme-oidc"),
+    ),
+    Case(
+        "cloudfront-domain",
+        "spec.irsa.hosting.cloudFront.domain: 'https://oidc.example.com' is not a host name",
+        _cloudfront(**{**SHARED, "domain": "https://oidc.example.com"}),
+    ),
+    Case(
+        "cloudfront-path",
+        "spec.irsa.hosting.cloudFront.pathPrefix: 'issuers/../team-b' is not a path",
+        _cloudfront(**{**MANAGED, "pathPrefix": "issuers/../team-b"}),
+    ),
+    Case(
+        "shared-bucket-missing",
+        "spec.irsa.hosting.cloudFront.bucketName: is required when distribution is Shared",
+        _cloudfront(distribution="Shared", domain="oidc.example.com"),
+    ),
+    Case(
+        "shared-bucket-name",
+        "spec.irsa.hosting.cloudFront.bucketName: 'Acme' may hold only lower-case letters",
+        _cloudfront(**{**SHARED, "bucketName": "Acme"}),
+    ),
+    Case(
+        "shared-with-certificate",
+        "spec.irsa.hosting.cloudFront.certificateArn: is only allowed when distribution is "
+        "Managed (distribution is Shared)",
+        _cloudfront(**SHARED, certificateArn=CERTIFICATE),
+    ),
+    Case(
+        "shared-with-zone",
+        "spec.irsa.hosting.cloudFront.hostedZoneId: is only allowed when distribution is Managed",
+        _cloudfront(**SHARED, hostedZoneId="Z0123456789ABC"),
+    ),
+    Case(
+        "shared-irsa-bucket-name",
+        "spec.irsa.bucketName: is not used with a Shared CloudFront distribution",
+        {"irsa": {"bucketName": "x-1960e37ce9a93a17", **_cloudfront(**SHARED)["irsa"]}},
+    ),
+    Case(
+        "shared-other-tenants-path",
+        "spec.irsa.hosting.cloudFront.pathPrefix: 'team-b/web' is not this ClusterPlugin's own "
+        "path 'team-a/demo'",
+        _cloudfront(**SHARED, pathPrefix="team-b/web"),
+    ),
+    Case(
+        "shared-deeper-path",
+        "spec.irsa.hosting.cloudFront.pathPrefix: 'team-a/demo/v2' is not this ClusterPlugin's "
+        "own path",
+        _cloudfront(**SHARED, pathPrefix="team-a/demo/v2"),
+    ),
+    Case(
+        "shared-bucket-region",
+        "spec.irsa.hosting.cloudFront.bucketRegion: 'eu' is not an AWS region",
+        _cloudfront(**SHARED, bucketRegion="eu"),
+    ),
+    Case(
+        "shared-bucket-in-china",
+        "spec.irsa.hosting.cloudFront.bucketRegion: cn-north-1 is in aws-cn: CloudFront in aws-cn "
+        "serves only ICP-recorded domains",
+        _cloudfront(**SHARED, bucketRegion="cn-north-1"),
+    ),
+    Case(
+        "managed-certificate-missing",
+        "spec.irsa.hosting.cloudFront.certificateArn: is required when distribution is Managed",
+        _cloudfront(distribution="Managed", domain="oidc.example.com"),
+    ),
+    Case(
+        "managed-certificate-not-acm",
+        "spec.irsa.hosting.cloudFront.certificateArn: 'arn:aws:iam::111122223333:server-"
+        "certificate/oidc' is not an ACM certificate ARN",
+        _cloudfront(
+            **{**MANAGED, "certificateArn": "arn:aws:iam::111122223333:server-certificate/oidc"}
+        ),
+    ),
+    Case(
+        "managed-certificate-region",
+        "spec.irsa.hosting.cloudFront.certificateArn: 'arn:aws:acm:eu-west-1:111122223333:"
+        "certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d' is in eu-west-1: CloudFront uses ACM "
+        "certificates in us-east-1 only",
+        _cloudfront(**{**MANAGED, "certificateArn": CERTIFICATE.replace("us-east-1", "eu-west-1")}),
+    ),
+    Case(
+        "managed-with-bucket",
+        "spec.irsa.hosting.cloudFront.bucketName: is only allowed when distribution is Shared "
+        "(distribution is Managed)",
+        _cloudfront(**MANAGED, bucketName="acme-oidc"),
+    ),
+    Case(
+        "managed-zone",
+        "spec.irsa.hosting.cloudFront.hostedZoneId: 'example.com' is not a Route 53 hosted zone id",
+        _cloudfront(**MANAGED, hostedZoneId="example.com"),
+    ),
+    Case(
+        "managed-price-class",
+        "spec.irsa.hosting.cloudFront.priceClass: must be one of",
+        _cloudfront(**MANAGED, priceClass="Cheap"),
+    ),
+    Case(
+        "cloudfront-issuer-too-long",
+        "spec.irsa.hosting.cloudFront: the issuer https://",
+        _cloudfront(**{**SHARED, "domain": ".".join(["a" * 62] * 4)}),
     ),
     Case(
         "cert-manager-mode",
@@ -431,6 +585,31 @@ CASES = [
         "input.protectCluster: is only for namespaced ClusterPlugins",
         step_input={"protectCluster": True},
         example="calico-legacy-claim",
+    ),
+    Case(
+        "cloudfront-govcloud",
+        "spec.irsa.hosting: us-gov-west-1 is in aws-us-gov: CloudFront is not in the aws-us-gov "
+        "partition",
+        {"region": "us-gov-west-1", **_cloudfront(**MANAGED)},
+    ),
+    Case(
+        "cloudfront-china",
+        "spec.irsa.hosting: cn-north-1 is in aws-cn: CloudFront in aws-cn serves only "
+        "ICP-recorded domains",
+        {"region": "cn-north-1", **_cloudfront(**SHARED)},
+    ),
+    Case(
+        "hosting-changed-in-use",
+        f"spec.irsa.hosting: would move the issuer from {SELFHOSTED_ISSUER} to "
+        "https://oidc.example.com/team-a/demo, but",
+        _cloudfront(**SHARED),
+        change=_issuer_in_use(SELFHOSTED_ISSUER),
+    ),
+    Case(
+        "hosting-dropped-in-use",
+        "spec.irsa.hosting: would move the issuer from https://oidc.example.com to "
+        f"{SELFHOSTED_ISSUER}, but",
+        change=_issuer_in_use("https://oidc.example.com"),
     ),
     Case(
         "ccm-on-eks",

@@ -18,7 +18,6 @@ import io
 import json
 import re
 import tarfile
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from function.packaging import (
 from function.spec import StepInput
 from scripts import release
 from tests.kube_schema import validate
+from tests.readme import README, quick_start, yaml_blocks
 
 ACME = PackageSource("ghcr.io/acme", HOME_SOURCE.version)
 
@@ -366,19 +366,6 @@ def test_push_needs_a_built_release(tmp_path: Path) -> None:
 # --- The README's quick start ----------------------------------------------------------
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def _quick_start() -> str:
-    text = README.read_text(encoding="utf-8")
-    return text[text.index("## Quick start on a cluster") : text.index("## Try it without a cluster")]
-
-
-def _yaml_blocks(section: str) -> list[dict[str, Any]]:
-    blocks = re.findall(r"^( *)```yaml\n(.*?)^\1```", section, re.S | re.M)
-    return [d for _, body in blocks for d in yaml.safe_load_all(textwrap.dedent(body)) if d]
-
-
 @pytest.mark.parametrize("namespaced", [True, False], ids=["v2", "legacy"])
 def test_the_quick_start_creates_the_aws_provider_config_the_resources_use(namespaced: bool) -> None:
     # Composed AWS resources name their provider config in their provider family's group
@@ -387,18 +374,18 @@ def test_the_quick_start_creates_the_aws_provider_config_the_resources_use(names
     group = KINDS["Role"][1 if namespaced else 0].split("/")[0].partition(".")[2]
     default = StepInput().aws_provider_config
     kind = default.kind if namespaced else "ProviderConfig"
-    configs = [d for d in _yaml_blocks(_quick_start()) if d.get("apiVersion") == f"{group}/v1beta1" and d.get("kind") == kind]
+    configs = [d for d in yaml_blocks(quick_start()) if d.get("apiVersion") == f"{group}/v1beta1" and d.get("kind") == kind]
     assert [c["metadata"]["name"] for c in configs] == [default.name]
     assert validate(configs[0]) == []
 
 
 def test_the_quick_start_mirror_rewrites_the_providers_the_packages_depend_on() -> None:
-    (image_config,) = [d for d in _yaml_blocks(_quick_start()) if d.get("kind") == "ImageConfig"]
+    (image_config,) = [d for d in yaml_blocks(quick_start()) if d.get("kind") == "ImageConfig"]
     assert image_config["spec"]["matchImages"] == [{"type": "Prefix", "prefix": PROVIDER_REGISTRY}]
 
 
 def test_the_readme_installs_nothing_nobody_published() -> None:
     text = README.read_text(encoding="utf-8")
     assert not re.search(r"xpkg\.crossplane\.io/function-cluster-plugin/[a-z-]+:v", text)
-    assert "make release REGISTRY=" in _quick_start()
-    assert "skipDependencyResolution: true" in _quick_start()
+    assert "make release REGISTRY=" in quick_start()
+    assert "skipDependencyResolution: true" in quick_start()

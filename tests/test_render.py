@@ -30,6 +30,7 @@ from click.testing import CliRunner
 
 from function import files, render
 from function.main import cli
+from function.packaging import HOME_SOURCE
 from function.world import COMPOSITION_RESOURCE_NAME, World
 from tests import kube_schema
 
@@ -37,7 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 OBSERVED = Path(__file__).resolve().parent / "fixtures" / "observed"
-NAMES = ("selfhosted-full", "calico-legacy-claim", "external-eks", "external-dns")
+NAMES = (
+    "selfhosted-full",
+    "calico-legacy-claim",
+    "external-eks",
+    "external-dns",
+    "cloudfront-shared",
+    "cloudfront-managed",
+)
 UPDATE_GOLDEN = os.environ.get("UPDATE_GOLDEN") == "1"
 UPDATE_OBSERVED = os.environ.get("UPDATE_OBSERVED") == "1"
 
@@ -259,19 +267,27 @@ def test_step_input_comes_from_the_composition_step_of_this_function(tmp_path: P
     comp["spec"]["pipeline"] = [
         {
             "step": "other",
-            "functionRef": {"name": "function-auto-ready"},
-            "input": {"namePrefix": "wrong-"},
+            "functionRef": {"name": "function-cluster-plugin-function-cluster-plugin"},
+            "input": {
+                "apiVersion": "other.example.org/v1",
+                "kind": "Input",
+                "namePrefix": "wrong-",
+            },
         },
         ours,
+        {"step": "ready", "functionRef": {"name": "function-auto-ready"}},
     ]
+    # Found by its Input, under whatever name the Function was installed: the committed
+    # one, the one a release for another registry gives it, one installed by hand.
+    for name in (
+        "function-cluster-plugin-function-cluster-plugin",
+        "acme-platform-function-cluster-plugin",
+        "function-cluster-plugin",
+    ):
+        ours["functionRef"]["name"] = name
+        assert files.step_from_composition([comp]) == ("plugins", ours["input"])
+    ours["functionRef"]["name"] = "acme-platform-function-cluster-plugin"
     path = tmp_path / "composition.yaml"
-    path.write_text(yaml.safe_dump(comp))
-    assert files.step_from_composition(files.load_documents([path]))[0] == "plugins"
-    # A Function installed by hand under the package's own name is found as well.
-    assert ours["functionRef"]["name"] == "function-cluster-plugin-function-cluster-plugin"
-    ours["functionRef"]["name"] = "function-cluster-plugin"
-    assert files.step_from_composition([comp])[0] == "plugins"
-    ours["functionRef"]["name"] = "function-cluster-plugin-function-cluster-plugin"
     path.write_text(yaml.safe_dump(comp))
 
     ex = EXAMPLES / "selfhosted-full"
@@ -296,6 +312,53 @@ def test_step_input_comes_from_the_composition_step_of_this_function(tmp_path: P
     assert _docs(r.stdout)[0]["status"]["issuerURL"].startswith("https://beta-irsa-team-a-demo-")
 
 
+def _without_our_input(comp: dict[str, Any]) -> None:
+    comp["spec"]["pipeline"][0]["input"]["kind"] = "Settings"
+
+
+def _twice(comp: dict[str, Any]) -> None:
+    step = comp["spec"]["pipeline"][0]
+    comp["spec"]["pipeline"].append({**step, "step": "again"})
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            _without_our_input,
+            (
+                "no pipeline step has an input with apiVersion: fn.clusterplugin.dev/v1alpha1 "
+                "and kind: Input (this function's step input; a step that calls the function "
+                "without input needs at least those two fields)"
+            ),
+        ),
+        (
+            _twice,
+            (
+                "2 pipeline steps have an input with apiVersion: fn.clusterplugin.dev/v1alpha1 "
+                "and kind: Input: Composition clusterplugins.clusterplugin.dev spec.pipeline[0] "
+                "(step 'cluster-plugin'), Composition clusterplugins.clusterplugin.dev "
+                "spec.pipeline[1] (step 'again'); keep exactly one"
+            ),
+        ),
+    ],
+    ids=["none", "two"],
+)
+@pytest.mark.parametrize("command", ["render", "simulate", "issuer"])
+def test_a_composition_without_exactly_one_step_of_ours_is_refused(
+    tmp_path: Path, edit: Any, message: str, command: str
+) -> None:
+    comp = yaml.safe_load(composition_of("selfhosted-full").read_text())
+    edit(comp)
+    path = tmp_path / "composition.yaml"
+    path.write_text(yaml.safe_dump(comp))
+    ex = EXAMPLES / "selfhosted-full"
+    required = [] if command == "issuer" else ["--required", str(ex / "required")]
+    r = invoke(command, str(ex / "xr.yaml"), *required, "--composition", str(path))
+    assert r.exit_code == 2, r.output
+    assert f"Error: {path}: {message}" in r.output.replace("\n", " "), r.output
+
+
 def r_args(ex: Path, composition: Path) -> list[str]:
     return [
         "render",
@@ -305,16 +368,6 @@ def r_args(ex: Path, composition: Path) -> list[str]:
         "--composition",
         str(composition),
     ]
-
-
-def test_composition_without_this_function_is_a_usage_error(tmp_path: Path) -> None:
-    comp = yaml.safe_load(composition_of("selfhosted-full").read_text())
-    comp["spec"]["pipeline"][0]["functionRef"]["name"] = "function-something-else"
-    path = tmp_path / "composition.yaml"
-    path.write_text(yaml.safe_dump(comp))
-    r = invoke(*r_args(EXAMPLES / "selfhosted-full", path))
-    assert r.exit_code == 2
-    assert "function-cluster-plugin" in r.stderr
 
 
 @pytest.mark.parametrize(
@@ -438,7 +491,7 @@ def test_functions_yaml_is_a_valid_development_function(name: str) -> None:
     fn = yaml.safe_load((EXAMPLES / name / "functions.yaml").read_text())
     assert fn["apiVersion"] == "pkg.crossplane.io/v1"
     assert fn["kind"] == "Function"
-    assert fn["metadata"]["name"] == files.FUNCTION_NAME
+    assert fn["metadata"]["name"] == HOME_SOURCE.function_name
     assert fn["metadata"]["annotations"]["render.crossplane.io/runtime"] == "Development"
     assert kube_schema.validate(fn) == []  # includes the CEL rule on spec.package
 

@@ -1,4 +1,4 @@
-"""The fast Struct writers give exactly what protobuf's own ``Struct.update`` gives (issue 5)."""
+"""The fast Struct writers give exactly what protobuf's own ``Struct.update`` gives."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The real control plane, started once per session and stopped always.
+"""The real control planes, each stopped always: one per session with the function installed
+from the package cache (the project's API tests), and one per install module
+(``install_control_plane``: the release's packages from the test registry).
 
 Logs of every process stay under pytest's temporary directory (printed at start); a test
 that fails gets the end of each log in its report. Start-up time of each step is printed
@@ -8,21 +10,25 @@ in the terminal summary.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from e2e.conftest import tool_path
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT, ControlPlane, StartError
+from e2e.registry import LocalRegistry
 
 _RUNNING: list[ControlPlane] = []
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    root = tmp_path_factory.mktemp("controlplane")
+@contextmanager
+def running_control_plane(root: Path, **options: Any) -> Iterator[ControlPlane]:
+    """A control plane started under ``root`` (``options``: ControlPlane's), stopped after."""
     print(f"\ncontrol plane logs: {root / 'logs'}")
-    cp = ControlPlane(root, tool_path)
+    cp = ControlPlane(root, tool_path, **options)
     _RUNNING.append(cp)
     try:
         cp.start()
@@ -34,6 +40,23 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The function installed from the package cache; the project's API installed per module."""
+    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def install_control_plane(registry: LocalRegistry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of its own for a module that installs the release's packages: no
+    Function yet, and Crossplane trusts the test registry's CA as the Helm chart's
+    ``registryCaBundleConfig`` makes it (``CA_BUNDLE_PATH``, i.e. ``--ca-bundle-path``)."""
+    options = {"crossplane_args": [f"--ca-bundle-path={registry.ca_file}"], "function_package": False}
+    with running_control_plane(tmp_path_factory.mktemp("install"), **options) as cp:
+        yield cp
 
 
 # The providers outlive the API: removing an XRD deletes its XRs, whose composed resources
@@ -81,7 +104,8 @@ def legacy_providers(control_plane: ControlPlane) -> Iterator[Providers]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    if report.failed and _RUNNING and "control_plane" in getattr(item, "fixturenames", ()):
+    uses_one = any(name.endswith("control_plane") for name in getattr(item, "fixturenames", ()))
+    if report.failed and _RUNNING and uses_one:
         cp = _RUNNING[-1]
         dead = cp.dead()
         if dead:
@@ -92,6 +116,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for cp in _RUNNING:
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.steps.items())
-        terminalreporter.write_line(f"control plane start-up {cp.timings.total:.1f}s: {steps}")
+        terminalreporter.write_line(f"control plane {cp.root.name} start-up {cp.timings.total:.1f}s: {steps}")
 
 

@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ FUNCTION_NAME = "function-cluster-plugin-function-cluster-plugin"
 FUNCTION_SOURCE = "xpkg.crossplane.io/function-cluster-plugin/function-cluster-plugin"
 PARENT_PACKAGE_LABEL = "pkg.crossplane.io/package"
 CIRCUIT_BREAKER_BURST = 1000
-FUNCTION_TLS_SECRET = "function-cluster-plugin-tls-server"  # noqa: S105 - a Secret's name
+APISERVER_STOP_GRACE_S = 2.0
 
 
 @dataclass
@@ -96,7 +96,7 @@ def package_stream() -> bytes:
     return "\n---\n".join(p.read_text() for p in docs).encode()
 
 
-def _friendly_id(name: str, hash_: str) -> str:
+def friendly_id(name: str, hash_: str) -> str:
     """xpkg.FriendlyID (crossplane-runtime pkg/xpkg/name.go): the package cache's file key."""
     joined = f"{name[:50]}-{hash_[:12]}"
     out = []
@@ -113,9 +113,20 @@ def _friendly_id(name: str, hash_: str) -> str:
 class ControlPlane:
     """The processes, their certificates and logs under ``root``; ``kube`` talks to the API server."""
 
-    def __init__(self, root: Path, tool: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tool: Callable[[str], Path],
+        *,
+        crossplane_args: Sequence[str] = (),
+        function_package: bool = True,
+    ) -> None:
+        """``crossplane_args`` go to ``crossplane core start`` as well; without
+        ``function_package`` no Function is installed at start (a Configuration brings it)."""
         self.root = root
         self.tool = tool
+        self.crossplane_args = tuple(crossplane_args)
+        self.function_package = function_package
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, Process] = {}
@@ -138,7 +149,7 @@ class ControlPlane:
             ("CRDs", self._crds),
             ("function", self._function),
             ("crossplane", self._crossplane),
-            ("Function package", self.install_function),
+            *([("Function package", self.install_function)] if self.function_package else []),
         ):
             since = time.monotonic()
             step()
@@ -147,7 +158,9 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop every process, newest first (each by its own pid)."""
         for process in reversed(list(self.processes.values())):
-            process.stop()
+            # An open watch (the driver's) holds kube-apiserver's graceful shutdown until
+            # it is killed; it keeps nothing that etcd does not, and etcd is thrown away.
+            process.stop(grace_s=APISERVER_STOP_GRACE_S if process.name == "kube-apiserver" else 10.0)
 
     def dead(self) -> list[str]:
         """Processes that exited on their own, with the end of their logs."""
@@ -188,6 +201,7 @@ class ControlPlane:
         self.sa_key = pki.signing_key(certs / "service-account.key")
         self.webhook_cert = self.ca.leaf("crossplane-webhook", server=True)
         self.function_cert = self.ca.leaf("function-cluster-plugin", server=True)
+        self.provider_cert = self.ca.leaf("providers", server=True)
         self.crossplane_client = self.ca.leaf("crossplane", client=True)
 
     def _etcd(self) -> None:
@@ -328,6 +342,7 @@ class ControlPlane:
                 # TTL (ttl.ready, 10 min). Raised here so each test sees its edits at once.
                 f"--circuit-breaker-burst={CIRCUIT_BREAKER_BURST}",
                 "--debug",
+                *self.crossplane_args,
             ],
             env={"KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": CROSSPLANE_NAMESPACE},
         )
@@ -358,14 +373,15 @@ class ControlPlane:
         stream) before any registry, and ``packagePullPolicy: Never`` forbids the pull.
         So the package.yaml stream is put in the cache under its own sha256, the Function
         names that digest, and the package manager makes the FunctionRevision, parses and
-        lints the package and installs its Input CRD as for any package. With
+        lints the package (its Input CRD included, which Crossplane never installs: the
+        xpkg spec says a function package's objects are not, revision/reconciler.go). With
         ``--package-runtime=External`` nothing starts the function or sets the revision's
         ``status.endpoint``: the test runs it and writes the endpoint (mTLS, as
         Crossplane always dials functions).
         """
         stream = package_stream()
         digest = "sha256:" + hashlib.sha256(stream).hexdigest()
-        (self.xpkg_cache / f"{_friendly_id(FUNCTION_SOURCE, digest)}.gz").write_bytes(gzip.compress(stream))
+        (self.xpkg_cache / f"{friendly_id(FUNCTION_SOURCE, digest)}.gz").write_bytes(gzip.compress(stream))
         self.kube.apply(
             {
                 "apiVersion": "pkg.crossplane.io/v1",
@@ -374,32 +390,60 @@ class ControlPlane:
                 "spec": {"package": f"{FUNCTION_SOURCE}@{digest}", "packagePullPolicy": "Never"},
             }
         )
-        revision = self.kube.wait_for(
+        self.function_revision = self.play_function_runtime(FUNCTION_NAME)
+
+    def package_revision(self, kind: str, package: str, timeout_s: float = 60) -> dict[str, Any]:
+        """The revision of the package object ``package`` (``kind``: Function, Provider or
+        Configuration), once the package manager has made it."""
+        return self.kube.wait_for(
             lambda: next(
                 iter(
                     self.kube.list(
                         "pkg.crossplane.io/v1",
-                        "FunctionRevision",
-                        labels={PARENT_PACKAGE_LABEL: FUNCTION_NAME},
+                        f"{kind}Revision",
+                        labels={PARENT_PACKAGE_LABEL: package},
                     )
                 ),
                 None,
             ),
-            "a FunctionRevision of the Function",
+            f"a {kind}Revision of the {kind} {package}",
+            timeout_s=timeout_s,
         )
-        self.function_revision = revision["metadata"]["name"]
-        self._play_function_runtime(revision)
 
-    def _play_function_runtime(self, revision: dict[str, Any]) -> None:
-        """What the Deployment runtime's FunctionHooks do, for a function the test runs.
+    def play_function_runtime(self, function: str, timeout_s: float = 60) -> str:
+        """What the Deployment runtime's FunctionHooks do for the Function ``function``,
+        served by the function the test runs; the name of its revision.
 
         It records the revision's TLS server Secret in its status and fills it (the
-        package manager's establisher waits for it before installing the package's CRDs),
+        package manager's establisher waits for it before it reports the revision healthy),
         points ``status.endpoint`` at the function and reports the runtime healthy
         (runtime_function.go, runtime/reconciler.go). With the External runtime the package
         manager leaves ``spec.tlsServerSecretName`` empty, so the Secret is named here.
         """
-        server_secret = revision.get("spec", {}).get("tlsServerSecretName") or FUNCTION_TLS_SECRET
+        return self._play_runtime(
+            "Function",
+            function,
+            self.function_cert,
+            {"endpoint": f"dns:///{self.function_address}"},
+            timeout_s,
+        )
+
+    def play_provider_runtime(self, provider: str, timeout_s: float = 60) -> str:
+        """What the Deployment runtime's ProviderHooks do for the Provider ``provider``,
+        whose controller is the driver; the name of its revision.
+
+        The establisher waits for the webhook TLS Secret of a provider's revision as of a
+        function's, and the Provider is Healthy only once its runtime is.
+        """
+        return self._play_runtime("Provider", provider, self.provider_cert, {}, timeout_s)
+
+    def _play_runtime(
+        self, kind: str, package: str, cert: pki.Leaf, status: dict[str, Any], timeout_s: float
+    ) -> str:
+        revision = self.package_revision(kind, package, timeout_s)
+        # The name the package manager gives it with the Deployment runtime
+        # (apis pkg/v1 GetTLSServerSecretName: <package>-tls-server).
+        server_secret = revision.get("spec", {}).get("tlsServerSecretName") or f"{package}-tls-server"
         self.kube.apply(
             {
                 "apiVersion": "v1",
@@ -407,19 +451,19 @@ class ControlPlane:
                 "metadata": {"name": server_secret, "namespace": CROSSPLANE_NAMESPACE},
                 "type": "kubernetes.io/tls",
                 "stringData": {
-                    "tls.crt": self.function_cert.cert.read_text(),
-                    "tls.key": self.function_cert.key.read_text(),
-                    "ca.crt": self.function_cert.ca.read_text(),
+                    "tls.crt": cert.cert.read_text(),
+                    "tls.key": cert.key.read_text(),
+                    "ca.crt": cert.ca.read_text(),
                 },
             }
         )
         self.kube.apply_status(
             {
                 "apiVersion": "pkg.crossplane.io/v1",
-                "kind": "FunctionRevision",
-                "metadata": {"name": self.function_revision},
+                "kind": f"{kind}Revision",
+                "metadata": {"name": revision["metadata"]["name"]},
                 "status": {
-                    "endpoint": f"dns:///{self.function_address}",
+                    **status,
                     "tlsServerSecretName": server_secret,
                     "conditions": [
                         {
@@ -431,15 +475,18 @@ class ControlPlane:
                     ],
                 },
             },
-            field_manager="e2e-function-runtime",
+            field_manager="e2e-package-runtime",
         )
+        self.kube.wait_for(
+            lambda: self.package_ready(kind, package), f"the {kind} {package} Installed and Healthy", timeout_s=timeout_s
+        )
+        return str(revision["metadata"]["name"])
 
-        def healthy() -> bool:
-            fn = self.kube.get("pkg.crossplane.io/v1", "Function", FUNCTION_NAME) or {}
-            conditions = {c["type"]: c["status"] for c in fn.get("status", {}).get("conditions", [])}
-            return conditions.get("Healthy") == "True" and conditions.get("Installed") == "True"
-
-        self.kube.wait_for(healthy, "the Function Installed and Healthy", timeout_s=60)
+    def package_ready(self, kind: str, name: str) -> bool:
+        """Whether the package object is Installed and Healthy (what `kubectl get` shows)."""
+        got = self.kube.get("pkg.crossplane.io/v1", kind, name) or {}
+        conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+        return conditions.get("Healthy") == "True" and conditions.get("Installed") == "True"
 
     # --- the project's API -------------------------------------------------------------------
 

@@ -55,7 +55,8 @@ def test_xr_converges_ready_with_the_worlds_composed_set(demo: Composite) -> Non
 
 def test_creations_follow_the_functions_gates(demo: Composite) -> None:
     deps = assert_creations_follow_gates(demo)
-    # The derivation found the gates of DESIGN section 4 (a few, as a check of the probe).
+    # The derivation found the gates of docs/architecture.md, "The resource graph" (a few, as a
+    # check of the probe).
     assert "irsa-oidc-provider" in deps["vpc-cni-role"]
     assert "cni-release" in deps["ebs-release"]
     assert model.CONTROL_PLANE_AVAILABLE in deps["ebs-release"]
@@ -175,9 +176,9 @@ def _example_required(composite: Composite) -> list[dict[str, Any]]:
 
 
 def test_the_clusters_own_deletion(control_plane: ControlPlane, namespaced_api: dict, namespaced_providers: Providers) -> None:
-    """DESIGN section 9 with real objects: deleting -> orphan policy, nothing deleted;
-    gone -> everything withdrawn in Usage order, no Release uninstalled nor hanging, no
-    deletion refused by the usage webhook."""
+    """docs/architecture.md, "The cluster's own deletion", with real objects: deleting -> orphan
+    policy, nothing deleted; gone -> everything withdrawn in Usage order, no Release uninstalled
+    nor hanging, no deletion refused by the usage webhook."""
     namespace = "team-b"
     composite = Composite(control_plane, namespaced_providers, "selfhosted-full", namespaced_api, namespace)
     composite.create(staged=False)

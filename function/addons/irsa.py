@@ -1,11 +1,11 @@
-"""The self-hosted OIDC issuer (S3 + IAM OIDC provider) and the pod identity webhook.
+"""The self-hosted OIDC issuer and the pod identity webhook.
 
-Emitted only for SelfHosted IRSA when an add-on needs an IAM role. The bucket
-is private except for the public read of the two discovery documents; the
-JWKS is computed from the public half of ``<cluster>-sa``. Every add-on role
-trusts the OIDC provider (``provider_arn``, ``oidc_ready``), and every add-on
-with a role starts after the webhook (``webhook_ready``), which injects its
-credentials.
+Emitted only for SelfHosted IRSA when an add-on needs an IAM role. Where the two
+discovery documents are served from (a public-read bucket, or a private one behind
+CloudFront) is ``issuer_hosting``'s; this module adds the webhook and says what the
+issuer is to the other add-ons. Every add-on role trusts the OIDC provider
+(``provider_arn``, ``oidc_ready``), and every add-on with a role starts after the
+webhook (``webhook_ready``), which injects its credentials.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from function.addons import ccm, cni
+from function.addons import ccm, cni, issuer_hosting
 from function.addons.helm import release
 from function.graph import (
     Addon,
@@ -26,20 +26,12 @@ from function.graph import (
     Wait,
     after,
 )
-from function.names import CLUSTER_TAG
-from function.oidc import KeyProblemError, discovery_document, jwks_algorithms, jwks_document
-from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE, bucket_policy
+from function.policies import STS_AUDIENCE
 from function.spec import CertManagerMode, IRSAMode
 
-SA_SECRET_WAIT = "service-account key Secret"  # noqa: S105  # a wait label, not a secret
-
-BUCKET = "irsa-bucket"
-BUCKET_OWNERSHIP = "irsa-bucket-ownership"
-BUCKET_PUBLIC_ACCESS = "irsa-bucket-public-access"
-BUCKET_POLICY = "irsa-bucket-policy"
-DISCOVERY = "irsa-discovery"
-JWKS = "irsa-jwks"
-OIDC_PROVIDER = "irsa-oidc-provider"
+# The issuer's own nodes are declared in issuer_hosting (by hosting type); the
+# other add-ons name the OIDC provider through this module.
+OIDC_PROVIDER = issuer_hosting.OIDC_PROVIDER
 CERT_MANAGER = Release(
     "cert-manager-release",
     lambda charts: charts.cert_manager,
@@ -54,123 +46,6 @@ WEBHOOK = Release(
     name="pod-identity-webhook",
     wait=True,
 )
-
-
-def _tags(ctx: Ctx) -> dict[str, str]:
-    return {CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"}
-
-
-def _s3(ctx: Ctx, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
-    return ctx.flavour.managed(
-        kind, {"bucket": ctx.names.bucket, "region": ctx.region, **for_provider}
-    )
-
-
-def bucket(ctx: Ctx) -> dict[str, Any]:
-    """The issuer bucket; its external name is the bucket name."""
-    return ctx.flavour.managed(
-        "Bucket", {"region": ctx.region, "tags": _tags(ctx)}, external_name=ctx.names.bucket
-    )
-
-
-def ownership(ctx: Ctx) -> dict[str, Any]:
-    """ACLs off: access is decided by the bucket policy alone."""
-    return _s3(ctx, "BucketOwnershipControls", {"rule": {"objectOwnership": "BucketOwnerEnforced"}})
-
-
-def public_access(ctx: Ctx) -> dict[str, Any]:
-    """Block ACL-based public access; allow the one public bucket policy."""
-    return _s3(
-        ctx,
-        "BucketPublicAccessBlock",
-        {
-            "blockPublicAcls": True,
-            "ignorePublicAcls": True,
-            "blockPublicPolicy": False,
-            "restrictPublicBuckets": False,
-        },
-    )
-
-
-def policy(ctx: Ctx) -> dict[str, Any]:
-    """Public GetObject on the two discovery keys only; deny plain HTTP."""
-    return _s3(ctx, "BucketPolicy", {"policy": bucket_policy(ctx.names.bucket, ctx.partition)})
-
-
-def _public_pem(ctx: Ctx) -> bytes:
-    facts = ctx.facts
-    secret = f"Secret {facts.namespace}/{ctx.names.sa_secret}"
-    if facts.sa_problem:
-        raise MissingFactError(
-            Wait(secret, f"{secret}: {facts.sa_problem}", blocked=True, reason=SA_SECRET_WAIT)
-        )
-    if facts.sa_public_pem is None:
-        raise MissingFactError(
-            Wait(
-                secret,
-                f"{secret} (CAPI's service-account key pair) has not been read yet",
-                reason=SA_SECRET_WAIT,
-            )
-        )
-    return facts.sa_public_pem
-
-
-def sa_key_present(ctx: Ctx) -> Wait | None:
-    """Gate: ``<cluster>-sa`` holds a usable public key; nothing is published before."""
-    try:
-        jwks_document(_public_pem(ctx))
-    except MissingFactError as err:
-        return err.wait
-    except KeyProblemError as err:
-        secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        return Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
-    return None
-
-
-def _object(ctx: Ctx, key: str, content: str) -> dict[str, Any]:
-    return _s3(
-        ctx,
-        "Object",
-        {
-            "key": key,
-            "content": content,
-            "contentType": "application/json",
-            # STS caches keys itself; a short max-age keeps key rotation quick.
-            "cacheControl": "max-age=300",
-            "tags": _tags(ctx),
-        },
-    )
-
-
-def discovery(ctx: Ctx) -> dict[str, Any]:
-    """The OpenID discovery document."""
-    try:
-        algorithms = jwks_algorithms(_public_pem(ctx))
-    except KeyProblemError as err:
-        secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        raise MissingFactError(
-            Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
-        ) from err
-    return _object(ctx, DISCOVERY_KEY, discovery_document(ctx.issuer_url(), algorithms))
-
-
-def jwks(ctx: Ctx) -> dict[str, Any]:
-    """The JWKS built from ``<cluster>-sa``'s public key."""
-    try:
-        return _object(ctx, JWKS_KEY, jwks_document(_public_pem(ctx)))
-    except KeyProblemError as err:
-        secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
-        raise MissingFactError(
-            Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
-        ) from err
-
-
-def oidc_provider(ctx: Ctx) -> dict[str, Any]:
-    """The IAM OIDC provider for the issuer; AWS ignores thumbprints for S3-hosted JWKS."""
-    return ctx.flavour.managed(
-        "OpenIDConnectProvider",
-        {"url": ctx.issuer_url(), "clientIdList": [STS_AUDIENCE], "tags": _tags(ctx)},
-    )
 
 
 def cert_manager(ctx: Ctx) -> dict[str, Any]:
@@ -197,17 +72,6 @@ def webhook(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-_ISSUER_NODES = (
-    Node(BUCKET, bucket),
-    Node(BUCKET_OWNERSHIP, ownership),
-    Node(BUCKET_PUBLIC_ACCESS, public_access),
-    Node(BUCKET_POLICY, policy, (after(BUCKET_PUBLIC_ACCESS),)),
-    Node(DISCOVERY, discovery, (after(BUCKET), sa_key_present)),
-    Node(JWKS, jwks, (after(BUCKET), sa_key_present)),
-    # Roles are useless until STS can read both documents, so the provider
-    # (and with it every role) waits for the public-read policy too.
-    Node(OIDC_PROVIDER, oidc_provider, (after(DISCOVERY, JWKS, BUCKET_POLICY),)),
-)
 _CERT_MANAGER_NODE = Node(CERT_MANAGER.node, cert_manager, (cni.ready, ccm.ready))
 _WEBHOOK_AFTER_CERT_MANAGER = Node(
     WEBHOOK.node, webhook, (cni.ready, ccm.ready, after(CERT_MANAGER.node))
@@ -219,11 +83,14 @@ def plugin(ctx: Ctx) -> Plugin | None:
     """The issuer plugin, when SelfHosted IRSA serves at least one add-on."""
     if not ctx.hosts_issuer:
         return None
+    issuer = issuer_hosting.nodes(ctx)
+    note = issuer_hosting.dns_note(ctx) if ctx.names.cloudfront is not None else ""
     if not webhook_installed(ctx):
-        return Plugin(ADDON.name, _ISSUER_NODES)
+        return Plugin(ADDON.name, issuer, note=note)
     if ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL:
-        return Plugin(ADDON.name, (*_ISSUER_NODES, _CERT_MANAGER_NODE, _WEBHOOK_AFTER_CERT_MANAGER))
-    return Plugin(ADDON.name, (*_ISSUER_NODES, _WEBHOOK_ALONE))
+        nodes = (*issuer, _CERT_MANAGER_NODE, _WEBHOOK_AFTER_CERT_MANAGER)
+        return Plugin(ADDON.name, nodes, note=note)
+    return Plugin(ADDON.name, (*issuer, _WEBHOOK_ALONE), note=note)
 
 
 def provider_arn(ctx: Ctx) -> str:
@@ -273,8 +140,9 @@ def status(ctx: Ctx) -> Mapping[str, Any]:
         out["oidcProviderARN"] = ctx.spec.irsa.oidc_provider_arn
     elif ctx.hosts_issuer:
         region = ctx.spec.region or ctx.facts.region
-        if region:
-            out["issuerURL"] = ctx.names.issuer_url(region)
+        # A CloudFront issuer does not depend on the region.
+        if region or ctx.names.cloudfront is not None:
+            out["issuerURL"] = ctx.names.issuer_url(region or "")
         arn = ctx.observed.arn(OIDC_PROVIDER)
         if arn:
             out["oidcProviderARN"] = arn
@@ -292,7 +160,6 @@ ADDON = Addon(
             WEBHOOK.node, "pods of the pod identity webhook need the CNI until they are gone"
         ),
         Usage(WEBHOOK.node, CERT_MANAGER.node, "the webhook's certificate comes from cert-manager"),
-        Usage(DISCOVERY, BUCKET, "a bucket holding objects cannot be deleted"),
-        Usage(JWKS, BUCKET, "a bucket holding objects cannot be deleted"),
+        *issuer_hosting.USAGES,
     ),
 )

@@ -64,6 +64,9 @@ class Clients:
     iam: Any
     ec2: Any
     route53: Any = None
+    # Global CloudFront, and ACM in us-east-1 (where CloudFront's certificates live).
+    cloudfront: Any = None
+    acm: Any = None
 
 
 def code(err: ClientError) -> str:

@@ -7,6 +7,7 @@ rest of the CLI starts without it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,17 @@ def render_text(report: Report) -> str:
     help="before: what blocks creation; after: all must exist; auto: after once the bucket exists.",
 )
 @click.option(
+    "--live",
+    is_flag=True,
+    help="Also fetch the issuer's discovery document and JWKS over HTTPS, as STS does.",
+)
+@click.option(
+    "--live-endpoint",
+    metavar="URL",
+    help="With --live: send those requests to URL (keeping the issuer's Host and path), e.g. a "
+    "proxy or a test server.",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def preflight(
@@ -128,6 +140,8 @@ def preflight(
     input_path: Path | None,
     composition: Path | None,
     phase: str,
+    live: bool,
+    live_endpoint: str | None,
     output: str,
 ) -> None:
     """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
@@ -140,6 +154,7 @@ def preflight(
 
         from function.aws import preflight as pf  # noqa: PLC0415
         from function.aws.clients import make_clients  # noqa: PLC0415
+        from function.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
     except ImportError as err:
         msg = f"aws preflight needs boto3 ({err}): {AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
@@ -164,7 +179,8 @@ def preflight(
 
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
-        report = pf.run(target, clients, pf.Phase(phase))
+        fetch = https_fetch(live_endpoint) if live or live_endpoint else None
+        report = pf.run(target, clients, pf.Phase(phase), fetch)
     except (BotoCoreError, ClientError) as err:
         # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
         msg = f"an AWS call failed: {err}"
@@ -197,6 +213,35 @@ def preflight(
 @click.option(
     "--account-id", default="*", show_default=True, help="12-digit account id, or * for any."
 )
+@click.option(
+    "--issuer-domain",
+    "issuer_domains",
+    multiple=True,
+    metavar="DOMAIN",
+    help="An issuer behind CloudFront (spec.irsa.hosting.cloudFront.domain): its OIDC "
+    "providers, and its alias record with --hosted-zone-id. Repeatable.",
+)
+@click.option(
+    "--shared-bucket",
+    "shared_buckets",
+    multiple=True,
+    metavar="BUCKET",
+    help="A Shared distribution's bucket: the two documents under any <namespace>/<cluster>. "
+    "Repeatable.",
+)
+@click.option(
+    "--managed-distributions",
+    is_flag=True,
+    help="Managed distributions: CloudFront distributions and origin access controls.",
+)
+@click.option(
+    "--hosted-zone-id",
+    "hosted_zone_ids",
+    multiple=True,
+    metavar="ZONE",
+    help="Managed with hostedZoneId: A records of the --issuer-domain names in this zone only. "
+    "Repeatable.",
+)
 def provider_policy_cmd(
     *,
     input_path: Path | None,
@@ -206,13 +251,19 @@ def provider_policy_cmd(
     role_prefix: str | None,
     partition: str,
     account_id: str,
+    issuer_domains: tuple[str, ...],
+    shared_buckets: tuple[str, ...],
+    managed_distributions: bool,
+    hosted_zone_ids: tuple[str, ...],
 ) -> None:
     """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
 
+    Issuers behind CloudFront (spec.irsa.hosting) add only what their options ask for.
     Exits 2 when the function would refuse the step input (or --name-prefix in it).
     """
     from function.accept import accept_input  # noqa: PLC0415
     from function.aws.provider_policy import (  # noqa: PLC0415
+        CloudFrontHosting,
         default_bucket_prefix,
         default_role_prefix,
         provider_policy,
@@ -235,7 +286,44 @@ def provider_policy_cmd(
             role_prefix=default_role_prefix(name_prefix) if role_prefix is None else role_prefix,
             partition=partition,
             account_id=account_id,
+            cloudfront=CloudFrontHosting(
+                domains=issuer_domains,
+                shared_buckets=shared_buckets,
+                managed=managed_distributions,
+                hosted_zone_ids=hosted_zone_ids,
+            ),
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from err
+    click.echo(json.dumps(doc, indent=2))
+
+
+@aws.command("shared-bucket-policy")
+@click.option("--bucket", required=True, help="The Shared distribution's private bucket.")
+@click.option(
+    "--distribution-arn",
+    required=True,
+    metavar="ARN",
+    help="The distribution's ARN, arn:aws:cloudfront::<account>:distribution/<id>.",
+)
+def shared_bucket_policy_cmd(*, bucket: str, distribution_arn: str) -> None:
+    """Print the bucket policy of a Shared distribution's bucket (JSON), for the platform team.
+
+    Only that distribution may read, through CloudFront, the two discovery documents under
+    any <namespace>/<cluster>/ of the bucket; plain HTTP is denied. S3 does not count it as
+    public, so Block Public Access may stay on.
+    """
+    from function.policies import shared_bucket_policy  # noqa: PLC0415
+    from function.spec import s3_bucket_name_problem  # noqa: PLC0415
+
+    problem = s3_bucket_name_problem(bucket)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--bucket")
+    if not re.fullmatch(r"arn:aws:cloudfront::\d{12}:distribution/[A-Z0-9]+", distribution_arn):
+        msg = (
+            f"{distribution_arn!r} is not a distribution ARN "
+            "(arn:aws:cloudfront::<account>:distribution/<id>)"
+        )
+        raise click.BadParameter(msg, param_hint="--distribution-arn")
+    doc = shared_bucket_policy(bucket, distribution_arn, PARTITIONS["aws"])
     click.echo(json.dumps(doc, indent=2))

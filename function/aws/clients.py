@@ -14,6 +14,7 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from function.aws.preflight import Clients
+from function.spec import CLOUDFRONT_CERTIFICATE_REGION as CLOUDFRONT_REGION
 
 
 def _is_local(endpoint_url: str) -> bool:
@@ -79,6 +80,16 @@ def make_clients(
             service, region_name=region, endpoint_url=endpoint_url, config=config, **creds
         )
 
+    def global_client(service: str) -> Any:
+        # CloudFront's API and the certificates it serves are in us-east-1 whatever the region.
+        return session.client(
+            service,
+            region_name=CLOUDFRONT_REGION,
+            endpoint_url=endpoint_url,
+            config=base,
+            **creds,
+        )
+
     s3control = client("s3control")
     if endpoint_url and _is_local(endpoint_url):
         s3control.meta.events.register("before-sign.s3-control.*", _strip_account_host_prefix)
@@ -98,4 +109,6 @@ def make_clients(
         ec2=client("ec2"),
         # Route 53 is global; boto3 finds its endpoint (and partition) from the region.
         route53=client("route53"),
+        cloudfront=global_client("cloudfront"),
+        acm=global_client("acm"),
     )

@@ -82,10 +82,12 @@ def check_account_public_access_block(s3control: Any, account: str) -> Check:
         name,
         Status.FAIL,
         f"account {account}: " + "; ".join(why) + " (no bucket setting overrides the account's)",
+        "where Block Public Access must stay on, set spec.irsa.hosting.type: CloudFront (the "
+        "documents in a private bucket behind CloudFront; README, IRSA). Otherwise "
         f"aws s3control put-public-access-block --account-id {account} "
         f"--public-access-block-configuration {OPEN_BPA} (public ACLs stay blocked; the bucket "
-        "policy exposes only the two discovery documents). Where that is not allowed, use "
-        "spec.irsa.mode: External with an issuer hosted elsewhere (e.g. an EKS cluster's).",
+        "policy exposes only the two discovery documents), or use spec.irsa.mode: External "
+        "with an issuer hosted elsewhere (e.g. an EKS cluster's).",
     )
 
 
@@ -180,6 +182,17 @@ def check_bucket_public_access_block(s3: Any, bucket: str, *, strict: bool) -> C
 
 
 @dataclass(frozen=True)
+class PrivateReader:
+    """Reads a private bucket's documents with the caller's credentials (behind CloudFront)."""
+
+    s3: Any
+
+    def get_object(self, **kw: Any) -> Any:
+        """GetObject, signed."""
+        return self.s3.get_object(**kw)
+
+
+@dataclass(frozen=True)
 class _Fetched:
     doc: Any = None
     problem: Check | None = None
@@ -187,12 +200,17 @@ class _Fetched:
 
 
 def _fetch_public(s3_anonymous: Any, bucket: str, key: str, name: str) -> _Fetched:
-    """Anonymous GetObject of ``key``, parsed as JSON."""
+    """Anonymous GetObject of ``key``, parsed as JSON (a private bucket: a signed one)."""
+    private = isinstance(s3_anonymous, PrivateReader)
     try:
         body = s3_anonymous.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as err:
         if absent(err, "NoSuchKey"):
             return _Fetched(absent=True)
+        if denied(err) and private:
+            msg = f"s3://{bucket}/{key} cannot be read with these credentials (GetObject denied)"
+            fix = "run preflight with s3:GetObject on the two documents"
+            return _Fetched(problem=Check(name, Status.WARN, msg, fix))
         if denied(err):
             msg = (
                 f"s3://{bucket}/{key} is not publicly readable (anonymous GetObject: "
@@ -204,7 +222,7 @@ def _fetch_public(s3_anonymous: Any, bucket: str, key: str, name: str) -> _Fetch
                 "(BlockPublicPolicy and RestrictPublicBuckets must be false)"
             )
             return _Fetched(problem=Check(name, Status.FAIL, msg, fix))
-        msg = f"anonymous GetObject s3://{bucket}/{key}: {code(err)}"
+        msg = f"GetObject s3://{bucket}/{key}: {code(err)}"
         return _Fetched(problem=Check(name, Status.FAIL, msg))
     try:
         return _Fetched(doc=json.loads(body))
@@ -212,15 +230,26 @@ def _fetch_public(s3_anonymous: Any, bucket: str, key: str, name: str) -> _Fetch
         return _Fetched(problem=Check(name, Status.FAIL, f"s3://{bucket}/{key} is not JSON"))
 
 
-def check_discovery(s3_anonymous: Any, bucket: str, issuer_url: str, *, strict: bool) -> Check:
-    """The OpenID discovery document is public and names the issuer and its JWKS."""
+def check_discovery(
+    s3_anonymous: Any,
+    bucket: str,
+    issuer_url: str,
+    *,
+    strict: bool,
+    key: str = DISCOVERY_KEY,
+) -> Check:
+    """The OpenID discovery document is public and names the issuer and its JWKS.
+
+    Behind CloudFront the bucket is private: the reader is then a ``PrivateReader``
+    and ``key`` carries the issuer's path.
+    """
     name = "issuer/discovery"
-    fetched = _fetch_public(s3_anonymous, bucket, DISCOVERY_KEY, name)
+    fetched = _fetch_public(s3_anonymous, bucket, key, name)
     if fetched.absent:
         return Check(
             name,
             missing(strict=strict),
-            f"s3://{bucket}/{DISCOVERY_KEY} does not exist yet (the function publishes it once "
+            f"s3://{bucket}/{key} does not exist yet (the function publishes it once "
             "the bucket is ready and the <cluster>-sa Secret exists)",
             "check the irsa-discovery managed resource and the ClusterPlugin's status.plugins",
         )
@@ -237,11 +266,12 @@ def check_discovery(s3_anonymous: Any, bucket: str, issuer_url: str, *, strict: 
         return Check(
             name,
             Status.FAIL,
-            f"s3://{bucket}/{DISCOVERY_KEY}: " + "; ".join(found),
+            f"s3://{bucket}/{key}: " + "; ".join(found),
             "the function rewrites the document on its next reconcile; a lasting difference "
             "means another writer owns the object",
         )
-    return Check(name, Status.PASS, f"the discovery document is public and names {issuer_url}")
+    how = "is in place" if isinstance(s3_anonymous, PrivateReader) else "is public"
+    return Check(name, Status.PASS, f"the discovery document {how} and names {issuer_url}")
 
 
 def jwks_problem(actual: Any, expected_json: str, source: str) -> str | None:
@@ -275,26 +305,28 @@ def check_jwks(
     key_source: str,
     key_problem: str | None,
     strict: bool,
+    key: str = JWKS_KEY,
 ) -> Check:
     """The JWKS is public and holds exactly the cluster's service-account public key."""
     name = "issuer/jwks"
-    fetched = _fetch_public(s3_anonymous, bucket, JWKS_KEY, name)
+    fetched = _fetch_public(s3_anonymous, bucket, key, name)
     if fetched.absent:
         return Check(
             name,
             missing(strict=strict),
-            f"s3://{bucket}/{JWKS_KEY} does not exist yet (the function publishes it once the "
+            f"s3://{bucket}/{key} does not exist yet (the function publishes it once the "
             "<cluster>-sa Secret exists)",
             "check the irsa-jwks managed resource and the ClusterPlugin's status.plugins",
         )
     if fetched.problem is not None:
         return fetched.problem
+    how = "is in place" if isinstance(s3_anonymous, PrivateReader) else "is public"
     if public_pem is None:
         why = f" ({key_problem})" if key_problem else ""
         return Check(
             name,
             Status.WARN,
-            f"keys.json is public, but was not compared with the cluster's key{why}",
+            f"keys.json {how}, but was not compared with the cluster's key{why}",
             "pass --sa-public-key FILE, or the <cluster>-sa Secret with --required",
         )
     try:
@@ -311,7 +343,7 @@ def check_jwks(
             "its next reconcile; if this persists, another writer owns the object, or that key "
             "is not the one the kube-apiserver signs with. Until they match, STS rejects tokens.",
         )
-    return Check(name, Status.PASS, f"keys.json is public and matches the key from {key_source}")
+    return Check(name, Status.PASS, f"keys.json {how} and matches the key from {key_source}")
 
 
 # --- the IAM OIDC provider -----------------------------------------------------------------

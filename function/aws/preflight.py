@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from function.aws import cloudfront_checks as cf
 from function.aws.checks import Check, Clients, Phase, Status, check_credentials
 from function.aws.dns_checks import check_hosted_zones
 from function.aws.issuer_checks import (
     BucketState,
+    PrivateReader,
     check_account_public_access_block,
     check_bucket,
     check_bucket_public_access_block,
@@ -34,7 +36,9 @@ from function.aws.issuer_checks import (
 from function.aws.network_checks import check_external_resource_gc, check_security_groups
 from function.aws.role_checks import RoleExpectation, addon_roles, check_role, expected_policy_arn
 from function.aws.target import Target
-from function.spec import IRSAMode
+from function.names import partition_of
+from function.policies import DISCOVERY_KEY, JWKS_KEY
+from function.spec import DistributionMode, IRSAMode
 
 
 @dataclass
@@ -65,15 +69,81 @@ class Report:
             "account": self.account,
             "phase": self.phase.value,
             "irsaMode": irsa.value,
-            "bucket": t.names.bucket if irsa is IRSAMode.SELF_HOSTED else None,
+            "bucket": t.names.issuer_bucket if irsa is IRSAMode.SELF_HOSTED else None,
             "issuerURL": t.issuer_url if irsa is not IRSAMode.DISABLED else None,
             "checks": [c.to_dict() for c in self.checks],
             "summary": self.summary(),
         }
 
 
-def _self_hosted(report: Report, clients: Clients, account: str, phase: Phase) -> bool:
-    """The issuer checks; returns whether the run is in phase ``after``."""
+def _behind_cloudfront(report: Report, clients: Clients, phase: Phase) -> bool:
+    """The issuer checks behind CloudFront; returns whether the run is in phase ``after``."""
+    target = report.target
+    strict = phase is Phase.AFTER
+    names = target.names
+    hosting = target.spec.irsa.cloud_front
+    assert hosting is not None  # noqa: S101  # names.cloudfront is set from it
+    keys = (names.issuer_key(DISCOVERY_KEY), names.issuer_key(JWKS_KEY))
+    bucket = names.issuer_bucket
+    report.checks.append(cf.check_account_public_access_block_behind_cloudfront())
+    if hosting.distribution is DistributionMode.SHARED:
+        region = hosting.bucket_region or target.region
+        report.checks += cf.check_shared_bucket(clients.s3, bucket, region)
+        origins = cf.bucket_origins(bucket, region, partition_of(region))
+        found, dist = cf.check_shared_distribution(clients.cloudfront, hosting.domain, origins)
+        report.checks += found
+        report.checks.append(
+            cf.check_shared_bucket_policy(clients.s3, bucket, keys, dist, target.partition)
+        )
+        after = strict or (phase is Phase.AUTO and cf.object_exists(clients.s3, bucket, keys[0]))
+    else:
+        report.checks.append(
+            cf.check_certificate(clients.acm, hosting.certificate_arn, hosting.domain)
+        )
+        if hosting.hosted_zone_id:
+            report.checks.append(
+                cf.check_hosted_zone(clients.route53, hosting.hosted_zone_id, hosting.domain)
+            )
+        report.checks.append(
+            cf.check_domain_free(clients.cloudfront, hosting.domain, target.owner_tag)
+        )
+        bucket_check, state = check_bucket(
+            clients.s3, bucket, target.region, target.owner_tag, must_exist=strict
+        )
+        report.checks.append(bucket_check)
+        after = strict or (phase is Phase.AUTO and state is BucketState.OURS)
+        if after and state is BucketState.OURS:
+            report.checks.append(cf.private_access_block(clients.s3, bucket))
+    if after:
+        report.checks += _documents(target, PrivateReader(clients.s3), bucket, strict=strict)
+    return after
+
+
+def _documents(target: Target, reader: Any, bucket: str, *, strict: bool) -> list[Check]:
+    """The two documents, read as STS would (S3Public) or with the caller's credentials."""
+    names = target.names
+    return [
+        check_discovery(
+            reader,
+            bucket,
+            target.issuer_url,
+            strict=strict,
+            key=names.issuer_key(DISCOVERY_KEY),
+        ),
+        check_jwks(
+            reader,
+            bucket,
+            target.public_pem,
+            key_source=target.key_source,
+            key_problem=target.key_problem,
+            strict=strict,
+            key=names.issuer_key(JWKS_KEY),
+        ),
+    ]
+
+
+def _s3_public(report: Report, clients: Clients, account: str, phase: Phase) -> bool:
+    """The public bucket's checks; returns whether the run is in phase ``after``."""
     target = report.target
     strict = phase is Phase.AFTER
     bucket = target.names.bucket
@@ -84,28 +154,32 @@ def _self_hosted(report: Report, clients: Clients, account: str, phase: Phase) -
     report.checks.append(bucket_check)
     after = strict or (phase is Phase.AUTO and state is BucketState.OURS)
     if after and state is BucketState.OURS:
-        anon = clients.s3_anonymous
-        report.checks += [
-            check_bucket_public_access_block(clients.s3, bucket, strict=strict),
-            check_discovery(anon, bucket, target.issuer_url, strict=strict),
-            check_jwks(
-                anon,
-                bucket,
-                target.public_pem,
-                key_source=target.key_source,
-                key_problem=target.key_problem,
-                strict=strict,
-            ),
-        ]
+        report.checks.append(check_bucket_public_access_block(clients.s3, bucket, strict=strict))
+        report.checks += _documents(target, clients.s3_anonymous, bucket, strict=strict)
+    return after
+
+
+def _self_hosted(report: Report, clients: Clients, account: str, phase: Phase) -> bool:
+    """The issuer checks; returns whether the run is in phase ``after``."""
+    target = report.target
+    if target.names.cloudfront is not None:
+        after = _behind_cloudfront(report, clients, phase)
+    else:
+        after = _s3_public(report, clients, account, phase)
     provider = provider_arn_for(target.partition, account, target.issuer_host_path)
     report.checks += check_oidc_provider(
-        clients.iam, provider, target.owner_tag, after=after, strict=strict
+        clients.iam, provider, target.owner_tag, after=after, strict=phase is Phase.AFTER
     )
     return after
 
 
-def run(target: Target, clients: Clients, phase: Phase = Phase.AUTO) -> Report:
-    """Every check that applies to ``target``, in the order the function creates things."""
+def run(
+    target: Target, clients: Clients, phase: Phase = Phase.AUTO, live: cf.Fetch | None = None
+) -> Report:
+    """Every check that applies to ``target``, in the order the function creates things.
+
+    ``live`` fetches the SelfHosted issuer's discovery URL as STS would (``--live``).
+    """
     report = Report(target, Phase.AFTER if phase is Phase.AFTER else Phase.BEFORE)
     cred, account = check_credentials(clients.sts)
     report.checks.append(cred)
@@ -123,6 +197,8 @@ def run(target: Target, clients: Clients, phase: Phase = Phase.AUTO) -> Report:
         report.checks.append(Check("irsa", Status.PASS, msg))
     elif mode is IRSAMode.SELF_HOSTED:
         after = _self_hosted(report, clients, account, phase)
+        if live is not None:
+            report.checks.append(cf.check_live(live, target.issuer_url))
         provider_arn = provider_arn_for(target.partition, account, target.issuer_host_path)
     else:
         provider_arn = spec.irsa.oidc_provider_arn

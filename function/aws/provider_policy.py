@@ -13,7 +13,11 @@ those resources:
   policies under that path. external-dns's Route 53 grants are in its policy
   *document*; creating that document needs no Route 53 permission, so the
   provider gets none;
-- security-group ingress rules (and their tags).
+- security-group ingress rules (and their tags);
+- only when asked for (``spec.irsa.hosting: CloudFront``): the OIDC providers of the
+  issuer domains given, the two documents under any path in a Shared distribution's
+  bucket, a Managed distribution with its origin access control, and the alias record
+  of an issuer domain in the hosted zones given (``cloudfront_policy``).
 
 Not granted, on purpose:
 
@@ -33,11 +37,13 @@ does not scope (``iam:ListOpenIDConnectProviders``, ``ec2:Describe*`` below).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from function.names import IAM_PATH, PARTITIONS
-from function.policies import DISCOVERY_KEY, JWKS_KEY, managed_policy_arn
+from function.policies import DISCOVERY_KEY, JWKS_KEY, hosted_zone_arn, managed_policy_arn
 from function.registry import MANAGED_POLICIES
+from function.spec import HOSTED_ZONE_ID, ISSUER_DOMAIN, s3_bucket_name_problem
 
 # Bucket-level S3 actions. The provider reads all of the Get* ones on every
 # refresh of an aws_s3_bucket (Terraform's resourceBucketRead reads ACL, CORS,
@@ -141,6 +147,174 @@ UNSCOPED_ACTIONS = (
 )
 
 
+# A Managed distribution and its origin access control, as the Terraform provider
+# creates (CreateDistributionWithTags is authorised as CreateDistribution and
+# TagResource), refreshes, updates, disables and deletes them.
+CLOUDFRONT_DISTRIBUTION_ACTIONS = (
+    "cloudfront:CreateDistribution",
+    "cloudfront:GetDistribution",
+    "cloudfront:GetDistributionConfig",
+    "cloudfront:UpdateDistribution",
+    "cloudfront:DeleteDistribution",
+    "cloudfront:TagResource",
+    "cloudfront:UntagResource",
+    "cloudfront:ListTagsForResource",
+)
+CLOUDFRONT_OAC_ACTIONS = (
+    "cloudfront:GetOriginAccessControl",
+    "cloudfront:UpdateOriginAccessControl",
+    "cloudfront:DeleteOriginAccessControl",
+)
+# CreateOriginAccessControl names no resource: AWS cannot scope it.
+CLOUDFRONT_UNSCOPED_ACTIONS = ("cloudfront:CreateOriginAccessControl",)
+# The alias record: read the zone's name, change and list its records, wait for the change.
+ROUTE53_ZONE_ACTIONS = ("route53:GetHostedZone", "route53:ListResourceRecordSets")
+
+
+@dataclass(frozen=True)
+class CloudFrontHosting:
+    """What issuers behind CloudFront the provider's credentials must serve (all optional)."""
+
+    # The issuers' host names (spec.irsa.hosting.cloudFront.domain): their OIDC providers.
+    domains: tuple[str, ...] = ()
+    # Shared distributions' buckets: the two documents under any <namespace>/<cluster>.
+    shared_buckets: tuple[str, ...] = ()
+    # Managed: distributions and origin access controls (ids are AWS's: no name to scope by).
+    managed: bool = False
+    # Managed with hostedZoneId: the alias record of a domain above, in these zones only.
+    hosted_zone_ids: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.domains or self.shared_buckets or self.managed or self.hosted_zone_ids)
+
+
+def cloudfront_statements(
+    hosting: CloudFrontHosting, *, partition: str = "aws", account_id: str = "*"
+) -> list[dict[str, Any]]:
+    """The statements an issuer behind CloudFront needs (none when ``hosting`` is empty).
+
+    Raises:
+        ValueError: CloudFront outside the aws partition, a record without a domain, or
+            a malformed domain, bucket or zone.
+    """
+    if not hosting:
+        return []
+    if partition != "aws":
+        msg = (
+            f"CloudFront issuer hosting is not supported in {partition} (the function refuses "
+            "it there): leave out the CloudFront options"
+        )
+        raise ValueError(msg)
+    problem = _hosting_problem(hosting)
+    if problem:
+        raise ValueError(problem)
+    iam = f"arn:{partition}:iam::{account_id}"
+    statements: list[dict[str, Any]] = []
+    if hosting.domains:
+        statements.append(
+            {
+                "Sid": "CloudFrontIssuerOIDCProviders",
+                "Effect": "Allow",
+                "Action": list(OIDC_PROVIDER_ACTIONS),
+                # https://<domain> and https://<domain>/<path>.
+                "Resource": [
+                    arn
+                    for d in hosting.domains
+                    for arn in (f"{iam}:oidc-provider/{d}", f"{iam}:oidc-provider/{d}/*")
+                ],
+            }
+        )
+    if hosting.shared_buckets:
+        statements.append(
+            {
+                "Sid": "SharedDistributionDocuments",
+                "Effect": "Allow",
+                "Action": list(S3_OBJECT_ACTIONS),
+                "Resource": [
+                    f"arn:{partition}:s3:::{b}/*/{key}"
+                    for b in hosting.shared_buckets
+                    for key in (DISCOVERY_KEY, JWKS_KEY)
+                ],
+            }
+        )
+    if hosting.managed:
+        cloudfront = f"arn:{partition}:cloudfront::{account_id}"
+        statements += [
+            {
+                "Sid": "ManagedDistributions",
+                "Effect": "Allow",
+                "Action": list(CLOUDFRONT_DISTRIBUTION_ACTIONS),
+                "Resource": f"{cloudfront}:distribution/*",
+            },
+            {
+                "Sid": "ManagedOriginAccessControls",
+                "Effect": "Allow",
+                "Action": list(CLOUDFRONT_OAC_ACTIONS),
+                "Resource": f"{cloudfront}:origin-access-control/*",
+            },
+            {
+                "Sid": "CreateOriginAccessControls",
+                "Effect": "Allow",
+                "Action": list(CLOUDFRONT_UNSCOPED_ACTIONS),
+                "Resource": "*",
+            },
+        ]
+    if hosting.hosted_zone_ids:
+        zones = [hosted_zone_arn(z, PARTITIONS[partition]) for z in hosting.hosted_zone_ids]
+        statements += [
+            {
+                "Sid": "IssuerAliasRecords",
+                "Effect": "Allow",
+                "Action": "route53:ChangeResourceRecordSets",
+                "Resource": zones,
+                # Only the issuers' own names, only A records: nothing else in the zone.
+                "Condition": {
+                    "ForAllValues:StringEquals": {
+                        "route53:ChangeResourceRecordSetsNormalizedRecordNames": list(
+                            hosting.domains
+                        ),
+                        "route53:ChangeResourceRecordSetsRecordTypes": ["A"],
+                    }
+                },
+            },
+            {
+                "Sid": "IssuerAliasZones",
+                "Effect": "Allow",
+                "Action": list(ROUTE53_ZONE_ACTIONS),
+                "Resource": zones,
+            },
+            {
+                "Sid": "IssuerAliasChanges",
+                "Effect": "Allow",
+                "Action": "route53:GetChange",
+                "Resource": f"arn:{partition}:route53:::change/*",
+            },
+        ]
+    return statements
+
+
+def _hosting_problem(hosting: CloudFrontHosting) -> str | None:
+    for domain in hosting.domains:
+        if not ISSUER_DOMAIN.match(domain):
+            return f"issuer domain {domain!r} is not a host name such as oidc.example.com"
+    for bucket in hosting.shared_buckets:
+        problem = s3_bucket_name_problem(bucket)
+        if problem:
+            return f"shared bucket {problem}"
+    for zone in hosting.hosted_zone_ids:
+        if not HOSTED_ZONE_ID.match(zone):
+            return f"hosted zone id {zone!r} is not a Route 53 zone id such as Z0123456789ABC"
+    served = hosting.shared_buckets or hosting.managed or hosting.hosted_zone_ids
+    if served and not hosting.domains:
+        return (
+            "CloudFront issuer hosting needs the issuers' domains (--issuer-domain): the OIDC "
+            "providers and alias records are scoped to them"
+        )
+    if hosting.hosted_zone_ids and not hosting.managed:
+        return "a hosted zone is only used by Managed distributions (--managed-distributions)"
+    return None
+
+
 def default_bucket_prefix(name_prefix: str = "") -> str:
     """The prefix every derived issuer bucket starts with (see ``Names.bucket``)."""
     return f"{name_prefix}irsa-"
@@ -157,6 +331,7 @@ def provider_policy(
     role_prefix: str = "",
     partition: str = "aws",
     account_id: str = "*",
+    cloudfront: CloudFrontHosting = CloudFrontHosting(),  # frozen: safe as a default
 ) -> dict[str, Any]:
     """The identity policy the provider's credentials need, as a JSON-ready dict.
 
@@ -169,6 +344,7 @@ def provider_policy(
         partition: ``aws``, ``aws-cn`` or ``aws-us-gov``.
         account_id: The 12-digit account, or ``*`` for whichever account the
             credentials belong to (IAM and EC2 ARNs always name their account).
+        cloudfront: Issuers behind CloudFront to serve, if any (``cloudfront_statements``).
 
     Returns:
         The policy document (``Version`` and ``Statement``).
@@ -257,4 +433,5 @@ def provider_policy(
             "Resource": "*",
         },
     ]
+    statements += cloudfront_statements(cloudfront, partition=partition, account_id=account_id)
     return {"Version": "2012-10-17", "Statement": statements}
