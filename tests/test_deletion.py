@@ -34,8 +34,10 @@ AWS_KINDS = {
 # one more before what a Usage used, while the Usage's finalizers still hold it (thirteen
 # for the full example: the add-on releases, their Usages, [held], cert-manager and the
 # roles, their Usages, [held], the CNI, its Usage of its role, [held], that role, its Usage
-# of the OIDC provider, [held], the provider), with room to spare.
-WITHDRAWAL_RECONCILES = 16
+# of the OIDC provider, [held], the provider; nineteen behind a Managed CloudFront issuer: then
+# the provider's Usage of the distribution, [held], the distribution, its Usages, [held], the
+# bucket and the origin access control), with room to spare.
+WITHDRAWAL_RECONCILES = 24
 
 
 def _withdraw(world: World) -> list[Reconcile]:
