@@ -12,7 +12,10 @@ when the providers cannot be fetched:
    with the production runtime settings), from the same registry; the providers are
    "installed yourself": their CRDs are the control plane's, their controllers the driver.
 3. Step 4's ``ProviderConfig`` and a claim (examples/calico-legacy-claim), which converges
-   through that Function.
+   through that Function. Its cluster's CAPI serves only the v1beta1 contract, so, as the
+   README's Input table says, the claim selects the example's own Composition asking for
+   v1beta1, applied beside the package's with its ``functionRef`` set to the name the
+   package's Composition calls.
 
 As in test_install.py, no Deployment runs the package's image (``--package-runtime=External``).
 """
@@ -24,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.controlplane.checks import assert_converged_like_the_world
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
-from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ControlPlane
+from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ROOT, ControlPlane
 from e2e.controlplane.install import PKG, QuickStart, revision_name
 from e2e.registry import PublishedRelease
 from function.flavour import LEGACY_XR
@@ -40,6 +44,8 @@ NAMESPACE = "platform"
 class Installed:
     quick_start: QuickStart
     composite: Composite
+    # The Configuration package's Composition, as the API server holds it.
+    package_composition: dict[str, Any]
     # What existed once the Configuration was installed, before install/function.yaml.
     packages_before_function: dict[str, list[str]]
     lock_before_function: list[dict[str, Any]]
@@ -51,6 +57,16 @@ class Installed:
 
 def _skip_dependency_resolution(configuration: dict[str, Any]) -> None:
     configuration["spec"]["skipDependencyResolution"] = True
+
+
+def _example_composition(package_composition: dict[str, Any]) -> dict[str, Any]:
+    """examples/calico-legacy-claim/composition.yaml calling the Function the package's
+    Composition calls (the example names the default registry's)."""
+    composition = yaml.safe_load((ROOT / "examples" / "calico-legacy-claim" / "composition.yaml").read_text())
+    (function,) = {s["functionRef"]["name"] for s in package_composition["spec"]["pipeline"]}
+    for step in composition["spec"]["pipeline"]:
+        step["functionRef"]["name"] = function
+    return composition
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +88,12 @@ def installed(install_control_plane: ControlPlane, published_release: PublishedR
             cp.kube.apply(doc)
         cp.play_function_runtime(published_release.function_name)
         cp.kube.apply(quick_start.provider_config())
-        composite = Composite(cp, providers, "calico-legacy-claim", composition, NAMESPACE, document="claim.yaml")
+        capi_v1beta1 = _example_composition(composition)
+        cp.kube.apply(capi_v1beta1)
+        composite = Composite(cp, providers, "calico-legacy-claim", capi_v1beta1, NAMESPACE, document="claim.yaml")
         composite.create(staged=False)
         composite.wait_ready(timeout_s=120)
-        yield Installed(quick_start, composite, packages, lock)
+        yield Installed(quick_start, composite, composition, packages, lock)
     finally:
         providers.stop()
 
@@ -90,7 +108,7 @@ def test_the_xrd_offers_the_claim_and_the_composition_comes_from_the_package(ins
     quick_start = installed.quick_start
     revision = quick_start.configuration_revision()
     assert revision["spec"]["skipDependencyResolution"] is True
-    quick_start.assert_api_from_package(installed.composite.composition)
+    quick_start.assert_api_from_package(installed.package_composition)
 
 
 def test_install_function_yaml_installs_the_function_the_composition_calls(installed: Installed) -> None:
@@ -98,7 +116,7 @@ def test_install_function_yaml_installs_the_function_the_composition_calls(insta
     (function,) = [d for d in installed.quick_start.documents("function.yaml") if d["kind"] == "Function"]
     name = function["metadata"]["name"]
     assert name == published.function_name
-    assert [s["functionRef"]["name"] for s in installed.composite.composition["spec"]["pipeline"]] == [name]
+    assert [s["functionRef"]["name"] for s in installed.package_composition["spec"]["pipeline"]] == [name]
     installed_function = cp.kube.get(PKG, "Function", name)
     assert installed_function is not None
     assert installed_function["spec"]["runtimeConfigRef"] == function["spec"]["runtimeConfigRef"]
