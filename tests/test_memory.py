@@ -9,6 +9,8 @@ over one connection.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,23 @@ def test_grpc_is_handed_bytes_never_a_decoded_message(wl: workload.Workload) -> 
         got = asyncio.run(handler.unary_unary(req.SerializeToString(), None))
         assert isinstance(got, bytes), service
         assert fnv1.RunFunctionResponse.FromString(got) == want, service
+
+
+# Modules only the other commands need (render, simulate, issuer, aws, the generators),
+# and what they bring: none of them is in the server's RSS.
+TOOLS_ONLY = (
+    "function.apigen", "function.aws.preflight", "function.files", "function.issuer",
+    "function.packaging", "function.render", "function.simulate", "function.world",
+    "boto3", "difflib", "yaml",
+)  # fmt: skip
+
+
+def test_serve_imports_no_module_only_the_tools_need() -> None:
+    """What ``function-cluster-plugin serve`` imports before its first call (as shipped)."""
+    code = "import sys; from function import main, server, fn; print(*sorted(sys.modules))"
+    env = loopback.server_env()
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert set(run.stdout.split()) & set(TOOLS_ONLY) == set()
 
 
 @dataclass(frozen=True)
