@@ -11,7 +11,6 @@ here in validators, CEL rules).
 
 from __future__ import annotations
 
-import difflib
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -1523,6 +1522,9 @@ def _unknown_field(prefix: str, root: type[BaseModel], loc: tuple[int | str, ...
         if model is not None
         else []
     )
+    # Only a refused spec needs difflib: the server does not carry it (200 KiB of RSS).
+    import difflib  # noqa: PLC0415
+
     close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     if close:
         return f"unknown field (did you mean {close[0]}?)"
