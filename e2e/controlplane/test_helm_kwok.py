@@ -75,9 +75,12 @@ def helm_providers(control_plane: ControlPlane, real_provider_helm: Process) -> 
     providers.stop()
 
 
-# provider-helm and the played providers outlive the API: removing it deletes what is left.
+# provider-helm, the played providers and the workload cluster outlive the API: removing it
+# deletes what is left, and a Release whose cluster is gone would never be uninstalled.
 @pytest.fixture(scope="module")
-def helm_api(control_plane: ControlPlane, helm_providers: Providers, chart_server: ChartServer) -> Iterator[dict]:
+def helm_api(
+    control_plane: ControlPlane, helm_providers: Providers, chart_server: ChartServer, workload: WorkloadCluster
+) -> Iterator[dict]:
     """apis/v2 with every chart's repository the loopback chart server."""
     def from_the_chart_server(step_input: dict) -> None:
         for chart in step_input["charts"].values():
