@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Build the upstream Go tools of the end-to-end tests from the Go module proxy.
 
-Every tool (Crossplane's CLI and core, the 1.x CLI, etcd, kube-apiserver and
-kube-controller-manager) is a ``go build`` of a published module, pinned in ``e2e/tools.json``:
+Every tool (Crossplane's CLI and core, the 1.x CLI, etcd, the Kubernetes control plane,
+provider-helm, kwok) is a ``go build`` of a published module, pinned in ``e2e/tools.json``:
 for each tool its module, version, the package to build and the linker flags that stamp
 its version; for each scratch module the tools are built in, its inputs (``require``,
 ``replace``) and what ``update`` resolved from them (the full ``go.mod`` requirement list

@@ -35,13 +35,14 @@ class Composite:
     composition: dict[str, Any]
     namespace: str
     document: str = "xr.yaml"  # claim.yaml for a legacy claim
+    workload_kubeconfig: bytes | None = None  # the driver's default: a cluster nobody reaches
     capi: ClusterAPI = field(init=False)
     manifest: dict[str, Any] = field(init=False)
     control_plane_revisions: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         example_dir = ROOT / "examples" / self.example
-        self.capi = ClusterAPI(self.cp.kube, example_dir / "required", self.namespace)
+        self.capi = ClusterAPI(self.cp.kube, example_dir / "required", self.namespace, self.workload_kubeconfig)
         self.manifest = yaml.safe_load((example_dir / self.document).read_text())
         self.manifest["metadata"]["namespace"] = self.namespace
 

@@ -21,24 +21,30 @@ from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT, ControlPlane, StartError
 from e2e.registry import LocalRegistry
 
+# Every control plane started (for the start-up summary), and those not yet stopped (for
+# the logs of a failing test).
 _RUNNING: list[ControlPlane] = []
+_ACTIVE: list[ControlPlane] = []
 
 
 @contextmanager
-def running_control_plane(root: Path, **options: Any) -> Iterator[ControlPlane]:
-    """A control plane started under ``root`` (``options``: ControlPlane's), stopped after."""
-    print(f"\ncontrol plane logs: {root / 'logs'}")
-    cp = ControlPlane(root, tool_path, **options)
+def running_control_plane(root: Path, kind: type[ControlPlane] = ControlPlane, **options: Any) -> Iterator[ControlPlane]:
+    """A control plane (of class ``kind``) started under ``root`` (``options``: its
+    constructor's), stopped after."""
+    print(f"\n{kind.__name__} logs: {root / 'logs'}")
+    cp = kind(root, tool_path, **options)
     _RUNNING.append(cp)
     try:
         cp.start()
     except (StartError, TimeoutError) as err:
         report = cp.log_report()
         cp.stop()
-        pytest.fail(f"the control plane did not start: {err}\n{report}", pytrace=False)
+        pytest.fail(f"the {kind.__name__} did not start: {err}\n{report}", pytrace=False)
+    _ACTIVE.append(cp)
     try:
         yield cp
     finally:
+        _ACTIVE.remove(cp)
         cp.stop()
 
 
@@ -105,11 +111,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     outcome = yield
     report = outcome.get_result()
     uses_one = any(name.endswith("control_plane") for name in getattr(item, "fixturenames", ()))
-    if report.failed and _RUNNING and uses_one:
-        cp = _RUNNING[-1]
+    if not (report.failed and uses_one):
+        return
+    for cp in _ACTIVE:
         dead = cp.dead()
         if dead:
-            report.sections.append(("processes that died", "\n\n".join(dead)))
+            report.sections.append((f"processes that died ({cp.root.name})", "\n\n".join(dead)))
         report.sections.append((f"control plane logs ({cp.logs})", cp.log_report()))
 
 

@@ -7,7 +7,8 @@ subresource: it takes the object under its finalizer, reports it Ready and Synce
 the in-memory World reports them; a Release's state and revision). On deletion it lets
 the object go, except for a Release deleted with a helm uninstall while the workload
 cluster is gone: provider-helm cannot reach that cluster, so the Release hangs in its
-finalizer, as in the World. Every event is recorded with its resourceVersion (etcd's
+finalizer, as in the World. A kind a real provider runs for (``real_kinds``: provider-helm's
+Releases in ``test_helm_kwok``) is only watched. Every event is recorded with its resourceVersion (etcd's
 revision, one sequence for the whole store) so the tests can order creations against
 readiness across kinds.
 
@@ -91,9 +92,14 @@ def _at_provider(obj: dict[str, Any], region: str) -> dict[str, Any]:
 class Providers:
     """provider-upjet-aws and provider-helm, as far as the function can tell."""
 
-    def __init__(self, kube: Kube, *, namespaced: bool, region: str = "us-east-1") -> None:
+    def __init__(
+        self, kube: Kube, *, namespaced: bool, region: str = "us-east-1", real_kinds: frozenset[str] = frozenset()
+    ) -> None:
+        """``real_kinds``: kinds a real provider runs for; they are only watched, their
+        readiness recorded as that provider reports it."""
         self.kube = kube
         self.kinds = composed_kinds(namespaced=namespaced)
+        self.real_kinds = real_kinds
         self.region = region
         self.events: list[Event] = []
         self.errors: list[str] = []
@@ -102,6 +108,7 @@ class Providers:
         self.unreachable: set[str] = set()
         self._lock = threading.Lock()
         self._seen: set[str] = set()
+        self._ready: set[str] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -111,7 +118,7 @@ class Providers:
         for api_version, kind in self.kinds:
             # No provider reports on a ProviderConfig (it counts as it exists) nor on a
             # Usage (Crossplane's own usage controller runs): they are only watched.
-            manage = kind not in {"ProviderConfig", "Usage"}
+            manage = kind not in {"ProviderConfig", "Usage", *self.real_kinds}
             thread = threading.Thread(target=self._watch, args=(api_version, kind, manage), daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -120,23 +127,13 @@ class Providers:
         self._stop.set()
 
     def _watch(self, api_version: str, kind: str, manage: bool) -> None:
-        resource_version: str | None = None
-        while not self._stop.is_set():
-            try:
-                for event_type, obj in self.kube.watch(api_version, kind, resource_version):
-                    if self._stop.is_set():
-                        return
-                    resource_version = obj["metadata"].get("resourceVersion", resource_version)
-                    self._on(event_type, obj, manage=manage)
-            except Exception as err:
-                if self._stop.is_set():
-                    return
-                # 429: the API server's watch cache of a new CRD is still initializing.
-                if "429" not in str(err):
-                    with self._lock:
-                        self.errors.append(f"watch {kind}: {type(err).__name__}: {err}")
-                resource_version = None
-                time.sleep(0.5)
+        def on_error(err: Exception) -> None:
+            # 429: the API server's watch cache of a new CRD is still initializing.
+            if "429" not in str(err):
+                with self._lock:
+                    self.errors.append(f"watch {kind}: {type(err).__name__}: {err}")
+
+        self.kube.follow(api_version, kind, lambda event, obj: self._on(event, obj, manage=manage), self._stop, on_error)
 
     def _record(self, what: str, obj: dict[str, Any], revision: int | None = None) -> None:
         meta = obj["metadata"]
@@ -158,6 +155,9 @@ class Providers:
             # The creation's revision: the object's first resourceVersion.
             self._record("created", obj)
         if not manage:
+            if obj["kind"] in self.real_kinds and _ready(obj) and uid not in self._ready:
+                self._ready.add(uid)
+                self._record("ready", obj)
             return
         try:
             if meta.get("deletionTimestamp"):
@@ -260,8 +260,13 @@ CLUSTER_KINDS = ("Cluster", "KubeadmControlPlane", "AWSManagedControlPlane", "AW
 class ClusterAPI:
     """One CAPI cluster made from an example's required objects."""
 
-    def __init__(self, kube: Kube, required_dir: Path, namespace: str | None = None) -> None:
+    def __init__(
+        self, kube: Kube, required_dir: Path, namespace: str | None = None, workload_kubeconfig: bytes | None = None
+    ) -> None:
+        """``workload_kubeconfig``: what ``<cluster>-kubeconfig`` holds (by default a
+        cluster nobody reaches: provider-helm is played)."""
         self.kube = kube
+        self.workload_kubeconfig = workload_kubeconfig
         docs = [yaml.safe_load(p.read_text()) for p in sorted(required_dir.glob("*.yaml"))]
         self.examples = {d["kind"]: d for d in docs}
         cluster = self.examples["Cluster"]
@@ -324,7 +329,8 @@ class ClusterAPI:
         del private  # the private half lives only in the Secret
 
     def _workload_kubeconfig(self) -> bytes:
-        # A workload cluster nobody reaches in these tests (provider-helm is played).
+        if self.workload_kubeconfig is not None:
+            return self.workload_kubeconfig
         return yaml.safe_dump(
             {
                 "apiVersion": "v1",

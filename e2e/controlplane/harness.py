@@ -52,6 +52,9 @@ FUNCTION_SOURCE = "xpkg.crossplane.io/function-cluster-plugin/function-cluster-p
 PARENT_PACKAGE_LABEL = "pkg.crossplane.io/package"
 CIRCUIT_BREAKER_BURST = 1000
 APISERVER_STOP_GRACE_S = 2.0
+# The garbage collector (a deleted XR's composed resources go through it, as in a real
+# cluster) and the namespace controller.
+CONTROLLERS = ("garbagecollector", "namespace")
 
 
 @dataclass
@@ -113,6 +116,9 @@ def friendly_id(name: str, hash_: str) -> str:
 class ControlPlane:
     """The processes, their certificates and logs under ``root``; ``kube`` talks to the API server."""
 
+    controllers: tuple[str, ...] = CONTROLLERS
+    apiserver_args: tuple[str, ...] = ()
+
     def __init__(
         self,
         root: Path,
@@ -139,18 +145,28 @@ class ControlPlane:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Everything up, in order; raises StartError naming the step and the log that failed."""
-        for name, step in (
+    def kubernetes_steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """The API server and its controllers."""
+        return [
             ("certificates", self._certificates),
             ("etcd", self._etcd),
             ("kube-apiserver", self._apiserver),
             ("kube-controller-manager", self._controller_manager),
+        ]
+
+    def steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """What ``start`` runs, in order."""
+        return [
+            *self.kubernetes_steps(),
             ("CRDs", self._crds),
             ("function", self._function),
             ("crossplane", self._crossplane),
             *([("Function package", self.install_function)] if self.function_package else []),
-        ):
+        ]
+
+    def start(self) -> None:
+        """Everything up, in order; raises StartError naming the step and the log that failed."""
+        for name, step in self.steps():
             since = time.monotonic()
             step()
             self.timings.record(name, since)
@@ -253,6 +269,7 @@ class ControlPlane:
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
         self.kubeconfig = _kubeconfig(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
@@ -265,7 +282,7 @@ class ControlPlane:
             [
                 str(self.tool("kube-controller-manager")),
                 f"--kubeconfig={self.kubeconfig}",
-                "--controllers=garbagecollector,namespace",
+                f"--controllers={','.join(self.controllers)}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 f"--root-ca-file={self.ca.path}",
@@ -490,12 +507,16 @@ class ControlPlane:
 
     # --- the project's API -------------------------------------------------------------------
 
-    def install_api(self, flavour: str, *, ttl_waiting: str = "1s") -> dict[str, Any]:
+    def install_api(
+        self, flavour: str, *, ttl_waiting: str = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
         """The project's XRD and Composition of ``apis/<flavour>`` (v2 or v1); the Composition.
 
         The step input's ``ttl.waiting`` is shortened: Crossplane does not watch the Cluster
         API objects the function reads, so a control plane turning initialized is seen at
-        the next TTL (30 s by default).
+        the next TTL (30 s by default). ``edit_input`` changes the step input before the
+        Composition is applied (once: a second apply makes a second CompositionRevision,
+        and an XR created meanwhile may be composed from either).
         """
         xrd = yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text())
         self.kube.apply(xrd)
@@ -508,13 +529,19 @@ class ControlPlane:
 
         self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=60)
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
-        return self.install_composition(ROOT / "apis" / flavour / "composition.yaml", ttl_waiting=ttl_waiting)
+        return self.install_composition(
+            ROOT / "apis" / flavour / "composition.yaml", ttl_waiting=ttl_waiting, edit_input=edit_input
+        )
 
-    def install_composition(self, path: Path, *, ttl_waiting: str = "1s") -> dict[str, Any]:
+    def install_composition(
+        self, path: Path, *, ttl_waiting: str = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
         """A Composition from ``path``, its step input's ``ttl.waiting`` shortened (install_api)."""
         composition = yaml.safe_load(path.read_text())
         for step in composition["spec"]["pipeline"]:
             step["input"].setdefault("ttl", {})["waiting"] = ttl_waiting
+            if edit_input is not None:
+                edit_input(step["input"])
         self.kube.apply(composition)
         return composition
 

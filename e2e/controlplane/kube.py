@@ -8,6 +8,7 @@ Custom kinds are known from the CRDs the API server serves (re-read when one is 
 from __future__ import annotations
 
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,6 +164,31 @@ class Kube:
             namespace="*" if _namespaced(res) else None, resource_version=resource_version, server_timeout=300
         ):
             yield event, _as_dict(obj)
+
+    def follow(
+        self,
+        api_version: str,
+        kind: str,
+        on_event: Callable[[str, dict[str, Any]], None],
+        stop: threading.Event,
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        """Call ``on_event`` for every watch event of a kind until ``stop`` is set; a watch
+        that breaks is reported to ``on_error`` and started again from a fresh list."""
+        resource_version: str | None = None
+        while not stop.is_set():
+            try:
+                for event_type, obj in self.watch(api_version, kind, resource_version):
+                    if stop.is_set():
+                        return
+                    resource_version = obj["metadata"].get("resourceVersion", resource_version)
+                    on_event(event_type, obj)
+            except Exception as err:
+                if stop.is_set():
+                    return
+                on_error(err)
+                resource_version = None
+                time.sleep(0.5)
 
     # --- CRDs --------------------------------------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""Real helm installs: provider-helm out of cluster, the vendored charts into a workload cluster faked by kwok.
+
+examples/selfhosted-full in namespace team-h on the session's control plane, with every
+chart's repository pointed at the loopback chart server and ``<cluster>-kubeconfig``
+holding the workload cluster's kubeconfig. The driver plays CAPI and the AWS provider;
+the Releases are provider-helm's: it pulls each chart, runs helm install into the workload
+cluster (``wait: true`` waiting on Deployment, DaemonSet and Job status computed by the
+real controllers from kwok's pods) and reports the Release Ready itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.controlplane.checks import assert_converged_like_the_world, assert_creations_follow_gates
+from e2e.controlplane.composite import Composite, conditions
+from e2e.controlplane.conftest import running_control_plane
+from e2e.controlplane.driver import Providers
+from e2e.controlplane.harness import ControlPlane, StartError
+from e2e.controlplane.processes import Process
+from e2e.controlplane.workload import (
+    ChartServer,
+    HelmHistory,
+    WorkloadCluster,
+    provider_helm,
+    workload_available,
+)
+
+NAMESPACE = "team-h"
+EXAMPLE = "selfhosted-full"
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkloadCluster]:
+    with running_control_plane(tmp_path_factory.mktemp("workload"), WorkloadCluster) as cluster:
+        assert isinstance(cluster, WorkloadCluster)
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def helm_history(workload: WorkloadCluster) -> Iterator[HelmHistory]:
+    history = HelmHistory(workload.kube)
+    history.start()
+    yield history
+    history.stop()
+
+
+@pytest.fixture(scope="module")
+def chart_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChartServer]:
+    server = ChartServer(tmp_path_factory.mktemp("charts"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def real_provider_helm(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    try:
+        process = provider_helm(control_plane, tmp_path_factory.mktemp("provider-helm"))
+    except (StartError, TimeoutError) as err:
+        pytest.fail(f"provider-helm did not start: {err}", pytrace=False)
+    yield process
+    process.stop()
+    del control_plane.processes[process.name]  # stopped on purpose: not a process that died
+
+
+@pytest.fixture(scope="module")
+def helm_providers(control_plane: ControlPlane, real_provider_helm: Process) -> Iterator[Providers]:
+    """The played AWS provider; Releases are provider-helm's."""
+    providers = Providers(control_plane.kube, namespaced=True, real_kinds=frozenset({"Release"}))
+    providers.start()
+    yield providers
+    providers.stop()
+
+
+# provider-helm, the played providers and the workload cluster outlive the API: removing it
+# deletes what is left, and a Release whose cluster is gone would never be uninstalled.
+@pytest.fixture(scope="module")
+def helm_api(
+    control_plane: ControlPlane, helm_providers: Providers, chart_server: ChartServer, workload: WorkloadCluster
+) -> Iterator[dict]:
+    """apis/v2 with every chart's repository the loopback chart server."""
+    def from_the_chart_server(step_input: dict) -> None:
+        for chart in step_input["charts"].values():
+            chart["repository"] = chart_server.url
+
+    composition = control_plane.install_api("v2", edit_input=from_the_chart_server)
+    yield composition
+    control_plane.remove_api("v2")
+
+
+@pytest.fixture(scope="module")
+def demo(
+    control_plane: ControlPlane,
+    helm_api: dict,
+    helm_providers: Providers,
+    workload: WorkloadCluster,
+    helm_history: HelmHistory,
+) -> Iterator[Composite]:
+    composite = Composite(
+        control_plane, helm_providers, EXAMPLE, helm_api, NAMESPACE, workload_kubeconfig=workload.inline_kubeconfig("demo")
+    )
+    composite.converge(timeout_s=240)
+    yield composite
+
+
+def releases(composite: Composite) -> dict[str, str]:
+    """composition-resource-name -> helm release name, of the composed Releases."""
+    return {
+        name: obj["metadata"]["annotations"]["crossplane.io/external-name"]
+        for name, obj in composite.composed().items()
+        if obj["kind"] == "Release"
+    }
+
+
+def test_provider_helm_installs_every_release_and_the_xr_converges(
+    demo: Composite, workload: WorkloadCluster, helm_history: HelmHistory, chart_server: ChartServer
+) -> None:
+    assert_converged_like_the_world(demo)
+    composed = demo.composed()
+    named = releases(demo)
+    assert set(named) == {
+        "ccm-release", "cni-release", "cert-manager-release", "pod-identity-webhook-release",
+        "ebs-release", "efs-release", "lbc-release",
+    }, named
+    for name in named:
+        status = composed[name]["status"]
+        assert conditions(composed[name])["Ready"]["reason"] == "Available", status
+        assert status["atProvider"]["state"] == "deployed", status
+    # Each chart came from the loopback server (provider-helm's chart cache was emptied).
+    pulled = {path.lstrip("/") for path in chart_server.requests}
+    for name in named:
+        chart = composed[name]["spec"]["forProvider"]["chart"]
+        assert any(p.startswith(chart["name"] + "-") and p.endswith(".tgz") for p in pulled), (chart, pulled)
+    # The workload cluster runs every chart's Deployments and DaemonSets, available.
+    namespaces = {composed[n]["spec"]["forProvider"]["namespace"] for n in named}
+    workloads = workload.workloads(namespaces)
+    assert len(workloads) >= len(named), [w["metadata"]["name"] for w in workloads]
+    not_up = [f"{w['kind']} {w['metadata']['name']}: {w.get('status')}" for w in workloads if not workload_available(w)]
+    assert not not_up, "\n".join(not_up)
+    assert not helm_history.errors, helm_history.errors
+    print(f"\nwebhook configurations removed from the workload cluster: {helm_history.removed_webhooks}")
+
+
+def test_releases_install_only_after_what_they_wait_for_is_deployed(demo: Composite, helm_history: HelmHistory) -> None:
+    """Crossplane's creations respect the gates with provider-helm's real readiness, and in the
+    workload cluster each helm install began (its release Secret pending-install) only after
+    helm's wait of every Release it depends on had ended (that release's Secret deployed)."""
+    deps = assert_creations_follow_gates(demo)
+    named = releases(demo)
+    checked = []
+    problems = []
+    for node, needs in deps.items():
+        if node not in named:
+            continue
+        began = helm_history.first(named[node], status="pending-install")
+        assert began is not None, f"{named[node]}: no pending-install release Secret seen"
+        for dep in needs & set(named):
+            deployed = helm_history.first(named[dep], status="deployed")
+            checked.append((node, dep))
+            if deployed is None or not deployed < began:
+                problems.append(f"{named[node]} install began at {began}, {named[dep]} deployed at {deployed}")
+    assert not problems, "\n".join(problems)
+    # The gates of docs/architecture.md between Releases, as real helm saw them.
+    for pair in (
+        ("cert-manager-release", "ccm-release"),
+        ("cert-manager-release", "cni-release"),
+        ("pod-identity-webhook-release", "cert-manager-release"),
+        ("ebs-release", "pod-identity-webhook-release"),
+        ("ebs-release", "cni-release"),
+    ):
+        assert pair in checked, (pair, sorted(checked))
+    # Once the pod identity webhook serves, the function restarts the CNI's pods (a values
+    # change: one helm upgrade) so that they get the role's credentials.
+    restarted = helm_history.first(named["cni-release"], status="pending-upgrade")
+    webhook_deployed = helm_history.first(named["pod-identity-webhook-release"], status="deployed")
+    assert restarted is not None and webhook_deployed is not None and webhook_deployed < restarted, helm_history.timeline()
+    print("\n" + "\n".join(helm_history.timeline()))
+
+
+def test_deleting_the_xr_uninstalls_in_usage_order(demo: Composite, workload: WorkloadCluster, helm_history: HelmHistory) -> None:
+    composed = demo.composed()
+    named = releases(demo)
+    namespaces = {composed[n]["spec"]["forProvider"]["namespace"] for n in named}
+    usages = [
+        o["spec"] for o in composed.values() if o["kind"] == "Usage" and o["spec"]["of"]["kind"] == "Release" and o["spec"]["by"]["kind"] == "Release"
+    ]
+    assert usages, "no Usage between Releases was composed"
+    xr = demo.xr()
+    assert xr is not None
+    demo.kube.delete(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], NAMESPACE)
+    names = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in composed.values()}
+    demo.kube.wait_for(
+        lambda: all(demo.kube.get(a, k, n, NAMESPACE) is None for a, k, n in names),
+        "every composed resource deleted",
+        timeout_s=240,
+        interval_s=1,
+    )
+    by_name = {o["metadata"]["name"]: named[n] for n, o in composed.items() if n in named}
+    problems = []
+    for spec in usages:
+        of, by = by_name[spec["of"]["resourceRef"]["name"]], by_name[spec["by"]["resourceRef"]["name"]]
+        of_gone, by_gone = helm_history.first(of, event="DELETED"), helm_history.first(by, event="DELETED")
+        if of_gone is None or by_gone is None or not by_gone < of_gone:
+            problems.append(f"{by} uninstalled at {by_gone}, {of} (which it uses) at {of_gone}")
+    assert not problems, "\n".join(problems)
+    print("\n" + "\n".join(helm_history.timeline()))
+    # Helm removed what it installed: no release Secret, Deployment or DaemonSet is left.
+    assert {e.release for e in helm_history.events if e.event == "DELETED"} >= set(named.values())
+    left = workload.kube.list("v1", "Secret", labels={"owner": "helm"})
+    assert not left, [s["metadata"]["name"] for s in left]
+    remaining = [w["metadata"]["name"] for w in workload.workloads(namespaces)]
+    assert not remaining, remaining
+    assert demo.xr() is None
