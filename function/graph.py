@@ -37,6 +37,9 @@ class Readiness(Enum):
     """When a composed resource counts as ready."""
 
     CONDITION = "condition"  # observed with condition Ready=True
+    # A provider-helm Release: Ready=True, or upgraded at its current generation (see
+    # ``upgraded_release``).
+    RELEASE = "release"
     EXISTS = "exists"  # observed at all (ProviderConfigs have no Ready condition)
     ALWAYS = "always"  # Usages: ready as soon as desired
 
@@ -97,6 +100,10 @@ class Release:
     service_account: str = ""
     # Readiness then means the workloads run, not only "helm says deployed".
     wait: bool = False
+
+    def as_node(self, build: Builder, gates: tuple[Gate, ...] = ()) -> Node:
+        """The node that composes this release, with a Release's readiness rule."""
+        return Node(self.node, build, gates, readiness=Readiness.RELEASE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,6 +277,7 @@ class Observed:
         self.used_in_api = used_in_api
         self._objs: dict[str, struct_pb2.Struct | None] = {}
         self._ready: dict[str, bool] = {}
+        self._upgraded: dict[str, bool] = {}
         self._arns: dict[str, str | None] = {}
         self._refs: dict[str, tuple[str, str, str] | None] = {}
 
@@ -301,12 +309,21 @@ class Observed:
             return True
         if readiness is Readiness.EXISTS:
             return self.get(name) is not None
-        cached = self._ready.get(name)
-        if cached is None:
+        ready = self._judged(self._ready, name, _ready_condition_true)
+        if readiness is Readiness.RELEASE and not ready:
+            return self._judged(self._upgraded, name, upgraded_release)
+        return ready
+
+    def _judged(
+        self, verdicts: dict[str, bool], name: str, judge: Callable[[struct_pb2.Struct], bool]
+    ) -> bool:
+        """``judge`` of the observed ``name`` (False if not observed), memoized in ``verdicts``."""
+        verdict = verdicts.get(name)
+        if verdict is None:
             obj = self.get(name)
-            cached = obj is not None and _ready_condition_true(obj)
-            self._ready[name] = cached
-        return cached
+            verdict = obj is not None and judge(obj)
+            verdicts[name] = verdict
+        return verdict
 
     def arn(self, name: str) -> str | None:
         """``status.atProvider.arn`` of an observed AWS resource."""
@@ -356,6 +373,42 @@ def _ready_condition_true(obj: struct_pb2.Struct) -> bool:
         if "type" in cond and cond["type"].string_value == "Ready":
             return "status" in cond and cond["status"].string_value == "True"
     return False
+
+
+def upgraded_release(obj: struct_pb2.Struct) -> bool:
+    """Whether provider-helm has upgraded this Release to its current spec, deployed.
+
+    After a successful upgrade provider-helm writes Synced=True (ReconcileSuccess, at
+    the generation it acted on) and the deployed release into ``status.atProvider``,
+    but leaves Ready=False (the Unavailable of its Observe before the upgrade) until
+    its next poll: crossplane-runtime requeues a successful update only after the
+    poll interval, 10 minutes by default. That poll would find exactly this (deployed,
+    up to date) and say Ready=True; with ``wait: true`` the upgrade itself already
+    waited for the workloads. A
+    Synced condition of an older generation (the spec changed since), a failed or
+    pending release, or a failed upgrade (Synced=False) is not this.
+    """
+    # Read only for a Release that is not Ready=True, so the plain walkers will do.
+    generation = structs.value_at(obj, "metadata", "generation")
+    if generation is None or generation.number_value <= 0:
+        return False
+    if structs.str_at(obj, "status", "atProvider", "state") != "deployed":
+        return False
+    synced = next(
+        (
+            c
+            for c in structs.structs_at(obj, "status", "conditions")
+            if structs.str_at(c, "type") == "Synced"
+        ),
+        None,
+    )
+    observed_generation = None if synced is None else structs.value_at(synced, "observedGeneration")
+    return (
+        synced is not None
+        and structs.str_at(synced, "status") == "True"
+        and observed_generation is not None
+        and observed_generation.number_value == generation.number_value
+    )
 
 
 @dataclass

@@ -282,7 +282,12 @@ def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str], composite: 
         carried = observed.get(name)
         if carried is not None and ctx.flavour.orphan_releases and _is_release(carried):
             carried = ctx.flavour.orphaned_copy(carried)
-        readiness = Readiness.ALWAYS if name in USAGE_ENDS else Readiness.CONDITION
+        if name in USAGE_ENDS:
+            readiness = Readiness.ALWAYS
+        elif carried is not None and _is_release(carried):
+            readiness = Readiness.RELEASE
+        else:
+            readiness = Readiness.CONDITION
         plan.resources.append(
             DesiredResource(name, observed.ready(name, readiness), carried=carried)
         )

@@ -58,6 +58,10 @@ class Composed:
     created_at: int
     ready: bool = False
     uninstalling: bool = False  # a Release stuck in its helm uninstall
+    generation: int = 1  # metadata.generation: one more for each change of spec
+    # The reconcile whose change of spec.forProvider provider-helm upgraded this
+    # (ready) Release for; None if never.
+    upgraded_at: int | None = None
 
 
 @dataclass
@@ -159,6 +163,8 @@ def _reported(obj: dict[str, Any], default_region: str) -> dict[str, str]:
     if kind == "Distribution":
         out["domainName"] = f"{_cloudfront_id(obj).lower()}.cloudfront.net"
         out["hostedZoneId"] = "Z2FDTNDATAQYW2"
+    if kind == "Release":
+        out["state"] = "deployed"  # provider-helm: the helm release's status
     return out
 
 
@@ -217,6 +223,7 @@ class World:
         capabilities: bool = False,
         ready_delay: int = 1,
         slow: Mapping[str, int] | None = None,
+        helm_poll: int = 10,
         runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
     ) -> None:
         self.xr = copy.deepcopy(xr)
@@ -227,6 +234,9 @@ class World:
         self.ready_delay = ready_delay
         # Kinds that take longer to turn Ready: kind -> reconciles after creation.
         self.slow = dict(slow or {})
+        # provider-helm's poll, in reconciles: how long an upgraded Release still says
+        # Ready=False (see _observed_object).
+        self.helm_poll = helm_poll
         self.runner = runner
         self.composed: dict[str, Composed] = {}
         self.step = 0
@@ -332,11 +342,27 @@ class World:
 
     def _observed_object(self, c: Composed) -> dict[str, Any]:
         obj = copy.deepcopy(c.obj)
+        obj["metadata"]["generation"] = c.generation
         status = obj.setdefault("status", {})
-        if c.ready:
+        synced = {
+            "type": "Synced",
+            "status": "True",
+            "reason": "ReconcileSuccess",
+            "observedGeneration": c.generation,
+        }
+        if c.ready and self.upgrading(c):
+            # What provider-helm writes after a successful upgrade: Synced at this
+            # generation and the deployed release, but still the Unavailable its Observe
+            # found before upgrading, until its next poll (crossplane-runtime requeues a
+            # successful update only after the poll interval).
+            status["conditions"] = [
+                {"type": "Ready", "status": "False", "reason": "Unavailable"},
+                synced,
+            ]
+        elif c.ready:
             status["conditions"] = [
                 {"type": "Ready", "status": "True", "reason": "Available"},
-                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+                synced,
             ]
         else:
             status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
@@ -402,7 +428,18 @@ class World:
             body = resource.struct_to_dict(r.resource)
             if name in self.composed:
                 c = self.composed[name]
-                c.obj["spec"] = body.get("spec", {})
+                spec = body.get("spec", {})
+                if spec != c.obj.get("spec", {}):
+                    c.generation += 1
+                    # Only a change of what helm installs makes provider-helm upgrade
+                    # (management or deletion policies do not).
+                    if (
+                        c.ready
+                        and c.obj.get("kind") == "Release"
+                        and spec.get("forProvider") != c.obj.get("spec", {}).get("forProvider")
+                    ):
+                        c.upgraded_at = self.step
+                c.obj["spec"] = spec
                 meta = body.get("metadata", {})
                 if "annotations" in meta:
                     c.obj["metadata"].setdefault("annotations", {}).update(meta["annotations"])
@@ -469,6 +506,10 @@ class World:
         c = Composed(name, body, created_at=self.step)
         self.composed[name] = c
         return c
+
+    def upgrading(self, c: Composed) -> bool:
+        """Whether provider-helm has upgraded ``c`` and not polled it since."""
+        return c.upgraded_at is not None and self.step <= c.upgraded_at + self.helm_poll
 
     @property
     def xr_ready(self) -> bool:

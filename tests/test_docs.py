@@ -195,7 +195,11 @@ def declared() -> dict[tuple[str, str], Declared]:
     return _declared()
 
 
-READY_WHEN = {"Ready=True": Readiness.CONDITION, "it exists": Readiness.EXISTS}
+READY_WHEN = {
+    "Ready=True": Readiness.CONDITION,
+    "Ready=True, or upgraded": Readiness.RELEASE,
+    "it exists": Readiness.EXISTS,
+}
 
 
 def test_the_node_table_is_what_the_addons_declare(

@@ -11,7 +11,6 @@ from function.graph import (
     Addon,
     Ctx,
     MissingFactError,
-    Node,
     Plugin,
     PortNeed,
     Release,
@@ -118,8 +117,8 @@ def ports(spec: CalicoSpec) -> tuple[PortNeed, ...]:
 
 
 _RELEASES = (
-    Node(CRDS.node, crds_release, (control_plane_initialized,)),
-    Node(OPERATOR.node, cni_release, (control_plane_initialized, after(CRDS.node))),
+    CRDS.as_node(crds_release, (control_plane_initialized,)),
+    OPERATOR.as_node(cni_release, (control_plane_initialized, after(CRDS.node))),
 )
 
 

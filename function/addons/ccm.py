@@ -25,7 +25,6 @@ from function.graph import (
     ConditionOut,
     Ctx,
     MissingFactError,
-    Node,
     Plugin,
     Release,
     Wait,
@@ -122,7 +121,7 @@ def note(ctx: Ctx) -> str:
     )
 
 
-_NODES = (Node(RELEASE.node, ccm_release, (control_plane_initialized,)),)
+_NODES = (RELEASE.as_node(ccm_release, (control_plane_initialized,)),)
 _RELEASE_READY = after(RELEASE.node)
 
 

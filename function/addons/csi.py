@@ -6,7 +6,7 @@ from typing import Any
 
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, Ctx, Node, Plugin, Release, Role, Usage
+from function.graph import Addon, Ctx, Plugin, Release, Role, Usage
 
 NAMESPACE = "kube-system"
 OWNED = (
@@ -87,8 +87,8 @@ def efs_release(ctx: Ctx) -> dict[str, Any]:
     return release(ctx, EFS_RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
-_EBS_NODE = Node(EBS_RELEASE.node, ebs_release, iam.release_gates(EBS_ROLE))
-_EFS_NODE = Node(EFS_RELEASE.node, efs_release, iam.release_gates(EFS_ROLE))
+_EBS_NODE = EBS_RELEASE.as_node(ebs_release, iam.release_gates(EBS_ROLE))
+_EFS_NODE = EFS_RELEASE.as_node(efs_release, iam.release_gates(EFS_ROLE))
 
 
 def ebs_plugin(ctx: Ctx) -> Plugin | None:

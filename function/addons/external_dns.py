@@ -17,7 +17,7 @@ from typing import Any
 
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, Ctx, CustomPolicy, Node, Plugin, Release, Role, Usage
+from function.graph import Addon, Ctx, CustomPolicy, Plugin, Release, Role, Usage
 from function.names import Names, bounded
 from function.policies import external_dns_policy
 
@@ -118,7 +118,7 @@ def external_dns_release(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-_RELEASE = Node(RELEASE.node, external_dns_release, iam.release_gates(ROLE))
+_RELEASE = RELEASE.as_node(external_dns_release, iam.release_gates(ROLE))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:

@@ -19,7 +19,6 @@ from function.graph import (
     Addon,
     Ctx,
     MissingFactError,
-    Node,
     Plugin,
     Release,
     Usage,
@@ -72,11 +71,11 @@ def webhook(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-_CERT_MANAGER_NODE = Node(CERT_MANAGER.node, cert_manager, (cni.ready, ccm.ready))
-_WEBHOOK_AFTER_CERT_MANAGER = Node(
-    WEBHOOK.node, webhook, (cni.ready, ccm.ready, after(CERT_MANAGER.node))
+_CERT_MANAGER_NODE = CERT_MANAGER.as_node(cert_manager, (cni.ready, ccm.ready))
+_WEBHOOK_AFTER_CERT_MANAGER = WEBHOOK.as_node(
+    webhook, (cni.ready, ccm.ready, after(CERT_MANAGER.node))
 )
-_WEBHOOK_ALONE = Node(WEBHOOK.node, webhook, (cni.ready, ccm.ready))
+_WEBHOOK_ALONE = WEBHOOK.as_node(webhook, (cni.ready, ccm.ready))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:

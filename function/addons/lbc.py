@@ -13,7 +13,6 @@ from function.graph import (
     Ctx,
     CustomPolicy,
     MissingFactError,
-    Node,
     Plugin,
     PortNeed,
     Release,
@@ -91,7 +90,7 @@ def ports(_: LBCSpec) -> tuple[PortNeed, ...]:
     return PORTS
 
 
-_RELEASE = Node(RELEASE.node, lbc_release, iam.release_gates(ROLE))
+_RELEASE = RELEASE.as_node(lbc_release, iam.release_gates(ROLE))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:

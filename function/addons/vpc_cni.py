@@ -10,7 +10,6 @@ from function.addons.helm import IRSA_ANNOTATION, release, service_account
 from function.graph import (
     Addon,
     Ctx,
-    Node,
     Plugin,
     PortNeed,
     Release,
@@ -73,7 +72,7 @@ def ports(_: AmazonVPCSpec) -> tuple[PortNeed, ...]:
 
 
 # The CNI runs on the host network: it waits neither for the CCM nor for the webhook.
-_RELEASE = Node(RELEASE.node, cni_release, (control_plane_initialized, iam.role_ready(ROLE)))
+_RELEASE = RELEASE.as_node(cni_release, (control_plane_initialized, iam.role_ready(ROLE)))
 
 
 def plugin(ctx: Ctx) -> Plugin | None:

@@ -1,0 +1,125 @@
+"""A Release provider-helm has upgraded counts as ready before provider-helm polls it again.
+
+provider-helm (crossplane-runtime's managed reconciler) writes, after a successful helm
+upgrade, Synced=True at the generation it acted on and the deployed release, but keeps the
+Ready=False its Observe found before upgrading until its next poll, 10 minutes by default.
+The function upgrades the VPC CNI's Release once the pod identity webhook is ready; without
+this rule the XR stayed not Ready until that poll. The real thing is shown by
+e2e/controlplane/test_helm_kwok.py (provider-helm v1.3.0 at its default poll); the shapes
+below are what it wrote there.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function import graph
+from function.graph import Observed, Readiness
+from tests.scenarios import by_name, staged_control_plane
+
+# cni-release as provider-helm v1.3.0 left it after the upgrade in the e2e run: its
+# conditions and generation as printed there, the revision and state as asserted there.
+UPGRADED: dict[str, Any] = {
+    "apiVersion": "helm.m.crossplane.io/v1beta1",
+    "kind": "Release",
+    "metadata": {"name": "demo-cni", "namespace": "team-h", "generation": 6},
+    "status": {
+        "atProvider": {"revision": 2, "state": "deployed"},
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Unavailable", "lastTransitionTime": "2026-11-24T18:56:38Z"},
+            {
+                "type": "Synced",
+                "status": "True",
+                "reason": "ReconcileSuccess",
+                "observedGeneration": 6,
+                "lastTransitionTime": "2026-11-24T18:56:40Z",
+            },
+        ],
+    },
+}
+
+
+def _ready(obj: dict[str, Any], readiness: Readiness = Readiness.RELEASE) -> bool:
+    resources = {"cni-release": fnv1.Resource(resource=resource.dict_to_struct(obj))}
+    return Observed(resources).ready("cni-release", readiness)
+
+
+def _changed(**at: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(UPGRADED)
+    status = obj["status"]
+    for path, value in at.items():
+        if path == "generation":
+            obj["metadata"]["generation"] = value
+        elif path == "state":
+            status["atProvider"]["state"] = value
+        else:
+            synced = status["conditions"][1]
+            if value is None:
+                synced.pop(path)
+            else:
+                synced[path] = value
+    return obj
+
+
+def test_an_upgraded_release_is_ready() -> None:
+    assert _ready(UPGRADED)
+
+
+@pytest.mark.parametrize(
+    ("why", "changed"),
+    [
+        # The function changed the spec again since: provider-helm has not acted on it yet.
+        ("synced at an older generation", _changed(generation=7)),
+        ("the upgrade failed", _changed(status="False", reason="ReconcileError")),
+        ("helm left the release failed", _changed(state="failed")),
+        ("another helm operation is under way", _changed(state="pending-upgrade")),
+        # provider-helm before crossplane-runtime v2 wrote no observedGeneration.
+        ("no observedGeneration", _changed(observedGeneration=None)),
+    ],
+)
+def test_not_an_upgraded_release(why: str, changed: dict[str, Any]) -> None:
+    assert not _ready(changed), why
+
+
+def test_only_a_release_is_read_so() -> None:
+    """Another kind's Ready=False stays not ready, whatever else its status says."""
+    assert not _ready(UPGRADED, Readiness.CONDITION)
+
+
+def test_ready_true_is_ready_whatever_the_rest() -> None:
+    obj = _changed(generation=7, state="failed")
+    obj["status"]["conditions"][0].update(status="True", reason="Available")
+    assert _ready(obj)
+
+
+def _play(steps: int = 40) -> Any:
+    world = by_name("selfhosted-full").world(helm_poll=1000)
+    world.run(steps, before=staged_control_plane())
+    return world
+
+
+def test_the_xr_is_ready_while_provider_helm_has_not_polled_the_upgraded_cni() -> None:
+    world = _play()
+    cni = world.composed["cni-release"]
+    # The function restarted aws-node for IRSA once the webhook was ready (an upgrade) ...
+    assert cni.upgraded_at is not None
+    observed = world._observed_object(cni)  # what the next request carries
+    assert observed["status"]["conditions"][0] == {"type": "Ready", "status": "False", "reason": "Unavailable"}
+    # ... and the XR did not wait for provider-helm's next poll.
+    assert world.xr_ready
+    first_ready = next(r.step for r in world.history if r.xr_ready)
+    assert first_ready <= cni.upgraded_at + 3, (first_ready, cni.upgraded_at)
+    assert {"ebs-release", "efs-release", "lbc-release"} <= set(world.composed)
+
+
+def test_without_the_rule_the_xr_waits_for_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The World models the poll: read as Ready=True only, the same play never gets Ready."""
+    monkeypatch.setattr(graph, "upgraded_release", lambda _obj: False)
+    world = _play()
+    assert world.composed["cni-release"].upgraded_at is not None
+    assert not world.xr_ready
