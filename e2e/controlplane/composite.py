@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from crossplane.function import resource
 
 from e2e.controlplane.driver import ClusterAPI, Providers, composed_kinds
 from e2e.controlplane.harness import ROOT, ControlPlane
+from function.graph import upgraded_release
 
 COMPOSITE_LABEL = "crossplane.io/composite"
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
@@ -23,6 +25,14 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def condition_status(obj: dict[str, Any] | None, typ: str) -> str:
     return str(conditions(obj).get(typ, {}).get("status", ""))
+
+
+def composed_ready(obj: dict[str, Any]) -> bool:
+    """Ready as the function counts it: Ready=True, a Release provider-helm has upgraded
+    but not polled since (it says Ready=False until then), or a kind without Ready."""
+    if obj["kind"] in {"ProviderConfig", "Usage"} or condition_status(obj, "Ready") == "True":
+        return True
+    return obj["kind"] == "Release" and upgraded_release(resource.dict_to_struct(obj))
 
 
 @dataclass
@@ -108,10 +118,7 @@ class Composite:
         while time.monotonic() < deadline:
             composed = self.composed()
             names = tuple(sorted(composed))
-            all_ready = all(
-                condition_status(o, "Ready") == "True" or o["kind"] in {"ProviderConfig", "Usage"}
-                for o in composed.values()
-            )
+            all_ready = all(composed_ready(o) for o in composed.values())
             if names != last or not all_ready:
                 last, since = names, time.monotonic()
             elif time.monotonic() - since >= quiet_s:

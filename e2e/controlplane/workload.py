@@ -326,7 +326,6 @@ class ChartServer:
 
 # provider-helm v1.x pulls every chart into this fixed directory (pkg/clients/helm/client.go,
 # chartCache) and reuses a file of the same name from an earlier run.
-PROVIDER_HELM_POLL = "5s"
 PROVIDER_HELM_CHART_CACHE = Path("/tmp/charts")  # noqa: S108 - provider-helm's own choice
 
 
@@ -349,10 +348,10 @@ def provider_helm(cp: ControlPlane, home: Path) -> Process:
         "HELM_CONFIG_HOME": str(home / "config"),
         "HELM_DATA_HOME": str(home / "data"),
     }
-    # A Release it upgrades (the function restarts the CNI for IRSA by a values change)
-    # stays Ready False until its next poll: crossplane-runtime requeues a successful
-    # Update after the poll interval, 10 minutes by default. Shortened here.
-    argv = [str(cp.tool("provider-helm")), "--debug", f"--poll={PROVIDER_HELM_POLL}"]
+    # Its default poll, 10 minutes, as users run it: a Release it upgrades (the function
+    # restarts the CNI for IRSA by a values change) says Ready False until that poll, and
+    # the XR must not wait for it (function/graph.py, upgraded_release).
+    argv = [str(cp.tool("provider-helm")), "--debug"]
     process = start("provider-helm", argv, cp.logs, env=env)
     cp.processes["provider-helm"] = process
     # Its Release controllers start once their CRD is seen (crossplane-runtime's CRD gate).
