@@ -84,7 +84,7 @@ tools:
 	$(PYTHON) scripts/tools.py build
 
 # End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
-e2e: $(STAMP) tools
+e2e: $(STAMP) $(HELM) tools
 	$(BIN)/python -m pytest e2e
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the

@@ -6,7 +6,8 @@ Started by the tests from the tools of ``e2e/tools.json`` (built from the Go mod
 - etcd on a free port, plain HTTP on 127.0.0.1, ``--unsafe-no-fsync`` (a throw-away store);
 - kube-apiserver serving TLS on 127.0.0.1 with client-certificate authentication and RBAC;
   every client (the controller manager, Crossplane, the tests) is ``admin`` in
-  ``system:masters`` through one kubeconfig file;
+  ``system:masters`` through one kubeconfig file (``e2e/controlplane/rbac.py`` runs Crossplane
+  with its Helm chart's RBAC instead);
 - kube-controller-manager with the controllers the tests need: the garbage collector (a
   deleted XR's composed resources go through it, as in a real cluster) and the namespace
   controller;
@@ -71,7 +72,7 @@ class Timings:
         return round(sum(self.steps.values()), 2)
 
 
-def _kubeconfig(path: Path, server: str, ca: Path, client: pki.Leaf) -> Path:
+def kubeconfig_file(path: Path, server: str, ca: Path, client: pki.Leaf) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -272,7 +273,7 @@ class ControlPlane:
                 *self.apiserver_args,
             ],
         )
-        self.kubeconfig = _kubeconfig(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
+        self.kubeconfig = kubeconfig_file(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
         self.kube = Kube(self.server, self.ca.path, self.admin.cert, self.admin.key)
         wait_until(process, self.kube.ready, "/readyz", timeout_s=90)
 
@@ -297,6 +298,10 @@ class ControlPlane:
             "garbage collector synced",
             timeout_s=90,
         )
+
+    def crossplane_kubeconfig(self) -> Path:
+        """Who Crossplane core is to the API server: here ``admin``."""
+        return self.kubeconfig
 
     def crossplane_crd_dir(self) -> Path:
         return self.tool_source("crossplane-core") / "cluster" / "crds"
@@ -361,7 +366,7 @@ class ControlPlane:
                 "--debug",
                 *self.crossplane_args,
             ],
-            env={"KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": CROSSPLANE_NAMESPACE},
+            env={"KUBECONFIG": str(self.crossplane_kubeconfig()), "POD_NAMESPACE": CROSSPLANE_NAMESPACE},
         )
         def ready() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as rsp:
