@@ -88,9 +88,9 @@ def provider_edit_role(provider: str) -> dict[str, Any]:
     }
 
 
-def project_rbac() -> list[dict[str, Any]]:
-    """``apis/rbac/*.yaml``: what the README has users apply beside the Configuration."""
-    return [yaml.safe_load(p.read_text()) for p in sorted(PROJECT_RBAC.glob("*.yaml"))]
+def project_rbac(name: str) -> dict[str, Any]:
+    """``apis/rbac/<name>``: what the README has users apply beside the Configuration."""
+    return yaml.safe_load((PROJECT_RBAC / name).read_text())
 
 
 class ChartRBACControlPlane(ControlPlane):
@@ -144,9 +144,8 @@ class ChartRBACControlPlane(ControlPlane):
         )
         wait_until(process, lambda: "Starting workers" in process.log_path.read_text(errors="replace"), "its controllers started", timeout_s=90)
 
-    def apply_project_rbac(self) -> None:
-        for obj in project_rbac():
-            self.kube.apply(obj)
+    def apply_project_rbac(self, name: str) -> None:
+        self.kube.apply(project_rbac(name))
 
     def may(self, account: str, verb: str, group: str, resource: str, namespace: str = "") -> bool:
         """Whether the API server lets ``account`` do ``verb`` (a SubjectAccessReview)."""

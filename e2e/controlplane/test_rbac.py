@@ -2,8 +2,10 @@
 
 Every other module runs Crossplane as ``system:masters``. Here core and its RBAC manager are
 the service accounts of Crossplane's chart (``e2e/controlplane/rbac.py``), so nothing but
-``apis/rbac`` lets Crossplane read the Cluster API objects the function asks for: without it
-the XR cannot get its Cluster; with it (README, "Install") it converges.
+``apis/rbac`` lets Crossplane touch the Cluster API objects: without ``clusterrole.yaml`` the
+XR cannot get its Cluster, with it (README, "Install") it converges; with ``protectCluster``
+the Usage of the Cluster holds only once ``clusterrole-protect-cluster.yaml`` lets Crossplane
+label the Cluster in use.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from e2e.controlplane.harness import CROSSPLANE_NAMESPACE, ControlPlane
 from e2e.controlplane.rbac import CORE_ACCOUNT, ChartRBACControlPlane
 
 NAMESPACE = "team-r"
+# Crossplane's usage controller labels a used object so that its webhook sees its deletion.
+IN_USE = "crossplane.io/in-use"
 # What the function asks Crossplane to read (function/cluster.py), by API group and resource.
 CAPI_READS = (
     ("cluster.x-k8s.io", "clusters"),
@@ -41,8 +45,17 @@ def rbac_plane(control_plane: ControlPlane) -> ChartRBACControlPlane:
     return control_plane
 
 
+@pytest.fixture(scope="module")
+def namespaced_api(control_plane: ControlPlane, namespaced_providers: Providers) -> Iterator[dict]:
+    """apis/v2 with Input.protectCluster (this module's own, in place of conftest's)."""
+    composition = control_plane.install_api("v2", edit_input=lambda step: step.update(protectCluster=True))
+    yield composition
+    control_plane.remove_api("v2")
+
+
 def test_crossplane_is_not_an_admin(rbac_plane: ChartRBACControlPlane) -> None:
-    """The checks below mean something: core may do what its chart grants, not everything."""
+    """The checks below mean something: core may do what its chart grants, not everything;
+    before apis/rbac is applied (the next test applies it), nothing of Cluster API."""
     assert rbac_plane.may(CORE_ACCOUNT, "create", "apiextensions.k8s.io", "customresourcedefinitions")
     assert rbac_plane.may(CORE_ACCOUNT, "get", "", "secrets", NAMESPACE)
     assert not rbac_plane.may(CORE_ACCOUNT, "create", "rbac.authorization.k8s.io", "clusterroles")
@@ -70,7 +83,7 @@ def test_the_xr_converges_once_apis_rbac_is_applied(
     assert f"system:serviceaccount:{CROSSPLANE_NAMESPACE}:{CORE_ACCOUNT}" in lines[0], lines[0]
     assert not composite.composed(), sorted(composite.composed())
 
-    rbac_plane.apply_project_rbac()
+    rbac_plane.apply_project_rbac("clusterrole.yaml")
 
     # kube-controller-manager aggregates the new rules into the crossplane ClusterRole.
     def granted() -> bool | None:
@@ -80,4 +93,26 @@ def test_the_xr_converges_once_apis_rbac_is_applied(
     xr = composite.wait_ready(timeout_s=180)
     assert condition_status(xr, "Synced") == "True", conditions(xr)
     assert_converged_like_the_world(composite)
+
+    # protectCluster: the Usage of the Cluster by the helm ProviderConfig. Crossplane's usage
+    # controller labels the Cluster in use (an update), which clusterrole.yaml does not allow.
+    (usage,) = [o for o in composite.composed().values() if o["kind"] == "Usage" and o["spec"]["of"]["kind"] == "Cluster"]
+    cluster = usage["spec"]["of"]
+    refusal = r'cannot update resource \"clusters\" in API group \"cluster.x-k8s.io\"'
+    rbac_plane.kube.wait_for(
+        lambda: rbac_plane.log_lines("crossplane", refusal) or None, "Crossplane refused the in-use label", timeout_s=60
+    )
+
+    def labeled() -> dict | None:
+        got = rbac_plane.kube.get(cluster["apiVersion"], "Cluster", cluster["resourceRef"]["name"], NAMESPACE) or {}
+        return got if got.get("metadata", {}).get("labels", {}).get(IN_USE) == "true" else None
+
+    assert labeled() is None
+    rbac_plane.apply_project_rbac("clusterrole-protect-cluster.yaml")
+    rbac_plane.kube.wait_for(labeled, "the Cluster labeled in use", timeout_s=120)
+    rbac_plane.kube.wait_for(
+        lambda: condition_status(rbac_plane.kube.get(usage["apiVersion"], "Usage", usage["metadata"]["name"], NAMESPACE), "Ready") == "True" or None,
+        "the Usage of the Cluster Ready",
+        timeout_s=60,
+    )
     print(f"\nconverged with the chart's RBAC and apis/rbac: {len(composite.composed())} composed resources")
