@@ -384,9 +384,9 @@ def upgraded_release(obj: struct_pb2.Struct) -> bool:
     its next poll: crossplane-runtime requeues a successful update only after the
     poll interval, 10 minutes by default. That poll would find exactly this (deployed,
     up to date) and say Ready=True; with ``wait: true`` the upgrade itself already
-    waited for the workloads. A
-    Synced condition of an older generation (the spec changed since), a failed or
-    pending release, or a failed upgrade (Synced=False) is not this.
+    waited for the workloads. A Synced condition of an older generation (the spec
+    changed since), a failed or pending release, or a failed upgrade (Synced=False)
+    is not this.
     """
     # Read only for a Release that is not Ready=True, so the plain walkers will do.
     generation = structs.value_at(obj, "metadata", "generation")
