@@ -63,7 +63,7 @@ def test_crossplane_is_not_an_admin(rbac_plane: ChartRBACControlPlane) -> None:
         assert not rbac_plane.may(CORE_ACCOUNT, "list", group, resource, NAMESPACE), (group, resource)
 
 
-def test_the_xr_converges_once_apis_rbac_is_applied(
+def test_the_xr_converges_and_its_cluster_is_protected_once_apis_rbac_is_applied(
     rbac_plane: ChartRBACControlPlane, namespaced_api: dict, namespaced_providers: Providers
 ) -> None:
     composite = Composite(rbac_plane, namespaced_providers, "selfhosted-full", namespaced_api, NAMESPACE)
