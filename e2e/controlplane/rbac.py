@@ -35,17 +35,9 @@ from tests.helm import helm_binary
 CORE_ACCOUNT = "crossplane"
 RBAC_MANAGER_ACCOUNT = "rbac-manager"
 PROJECT_RBAC = ROOT / "apis" / "rbac"
-# The CRDs under tests/fixtures/crds that Crossplane providers install (the others are
-# Cluster API's).
-PROVIDER_CRDS = (
-    "provider-aws-cloudfront",
-    "provider-aws-ec2",
-    "provider-aws-iam",
-    "provider-aws-route53",
-    "provider-aws-s3",
-    "provider-family-aws",
-    "provider-helm",
-)
+# The CRDs under tests/fixtures/crds that Crossplane providers install, one directory each
+# (provider-*; the others are Cluster API's).
+PROVIDER_CRDS = tuple(sorted(p.name for p in FIXTURE_CRDS.glob("provider-*") if p.is_dir()))
 RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
 
 
