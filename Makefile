@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
+.PHONY: demo test vendor-check lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -42,6 +42,12 @@ pytest: $(STAMP) $(HELM)
 	$(BIN)/python -m pytest
 
 test: lint types pytest
+
+# The vendored CRDs and charts (tests/fixtures) against their upstream copies in ../shared,
+# which exists only where the project is developed and in CI (make test does not need it).
+SHARED ?= ../shared
+vendor-check:
+	$(PYTHON) scripts/vendor_fixtures.py --check --shared $(SHARED)
 
 # The XRDs (apis/v*/definition.yaml), the Input CRD (package/input/) and the Compositions'
 # step input, from the Pydantic models in function/spec.py (function/apigen.py). The tests

@@ -26,8 +26,8 @@ Usage::
 
 The release defaults to the image's (``image.toml``). ``make-test`` runs this checkout's
 ``make test`` (or the make arguments given) on that release's own ``python3``, with
-``../shared`` beside the checkout as in CI; its venv is cached per release and per
-``pyproject.toml``/``constraints.txt`` content.
+nothing beside the checkout, as a user who clones it has (no ``../shared``); its venv is
+cached per release and per ``pyproject.toml``/``constraints.txt`` content.
 """
 
 from __future__ import annotations
@@ -279,9 +279,6 @@ def ensure_root(release: int, packages: Sequence[str]) -> Path:
 def make_test(release: int, make_args: Sequence[str]) -> int:
     """Run ``make test`` (or ``make_args``) of this checkout on the release's python3."""
     root = ensure_root(release, TEST_PACKAGES)
-    shared = REPO_ROOT.parent / "shared"
-    if not shared.is_dir():
-        sys.exit(f"FATAL: {shared} is missing; the suite reads ../shared beside the checkout")
     # The venv follows the dependency files' content, so another checkout (or branch)
     # with other pins never reuses a venv made for different ones.
     digest = hashlib.sha256()
@@ -326,7 +323,6 @@ def make_test(release: int, make_args: Sequence[str]) -> int:
     binds = [
         *network_binds,
         Bind(REPO_ROOT, checkout),
-        Bind(shared, "/src/shared", read_only=True),
         Bind(venv, venv_inside),
         Bind(pip_cache, "/root/.cache/pip"),
     ]

@@ -18,6 +18,9 @@ delete them). Re-run it after refreshing ``shared/`` on an upgrade.
 Usage::
 
     python scripts/vendor_fixtures.py [--shared PATH] [--prune] [--check]
+
+``make vendor-check`` runs ``--check`` (CI does, where ``../shared`` is beside the
+checkout); ``make test`` does not need ``../shared``.
 """
 
 from __future__ import annotations
@@ -219,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="only report differences")
     args = parser.parse_args(argv)
+    if not (args.shared / "crds").is_dir():
+        # ../shared exists only where the project is developed (and in CI): a clone has
+        # its copies already, so say what is missing instead of a traceback.
+        sys.stderr.write(
+            f"FATAL: no shared source tree at {args.shared} (it needs crds/ and charts-src/);"
+            " give its path with --shared\n"
+        )
+        return 2
     return vendor(args.shared.resolve(), prune=args.prune, check=args.check)
 
 

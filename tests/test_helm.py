@@ -178,15 +178,26 @@ def test_every_default_chart_version_has_its_vendored_package():
     assert len(Charts.model_fields) >= 8
 
 
-def test_vendored_fixtures_are_up_to_date_with_shared(capsys):
-    assert vendor_fixtures.vendor(vendor_fixtures.DEFAULT_SHARED, check=True) == 0, capsys.readouterr().out
+def _shared_tree_from_fixtures(root: Path) -> Path:
+    """Lay out a ``shared/`` tree (``crds/``, ``charts-src/``) holding the vendored copies.
+
+    The comparison with the real ``../shared`` is ``make vendor-check`` (it exists only
+    where the project is developed); this tree lets the check mode be tested anywhere.
+    """
+    shared = root / "shared"
+    fixtures = CHART_DIR.parent
+    shutil.copytree(fixtures / "crds", shared / "crds")
+    (shared / "charts-src").mkdir()
+    for package in [*CHART_DIR.glob("*.tgz"), CHART_DIR / "PROVENANCE.md"]:
+        shutil.copyfile(package, shared / "charts-src" / package.name)
+    return shared
 
 
 def test_vendor_check_mode_fails_on_a_changed_package(tmp_path, capsys):
+    shared = _shared_tree_from_fixtures(tmp_path)
     fixtures = tmp_path / "fixtures"
     for sub in ("crds", "charts"):
         shutil.copytree(CHART_DIR.parent / sub, fixtures / sub)
-    shared = vendor_fixtures.DEFAULT_SHARED
     assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 0
     package = fixtures / "charts" / "cert-manager-v1.21.1.tgz"
     package.write_bytes(package.read_bytes() + b"\0")
@@ -200,6 +211,16 @@ def test_vendor_check_mode_fails_on_a_changed_package(tmp_path, capsys):
     assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 1
     assert vendor_fixtures.vendor(shared, fixtures=fixtures, prune=True) == 0
     assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 0
+    crd = next((shared / "crds").rglob("*.yaml"))
+    crd.write_text(crd.read_text() + "# upstream changed\n")
+    assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 1
+
+
+def test_vendor_without_a_shared_tree_says_so_in_one_line(tmp_path, capsys):
+    assert vendor_fixtures.main(["--check", "--shared", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("FATAL:") and "nowhere" in err and "--shared" in err
 
 
 # ------------------------------------------------------------------------------------
