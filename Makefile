@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
 
-.PHONY: demo test vendor-check lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
+.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -64,7 +64,7 @@ test-debian:
 # The function's image without a Docker engine: an OCI archive and image.json in
 # IMAGE_OUT (root, debootstrap). image-test unpacks it with umoci and runs it as its user.
 IMAGE_OUT ?= dist/image
-image:
+image: needs-image
 	$(PYTHON) -m scripts.build_image $(IMAGE_OUT)
 
 image-test: image $(STAMP)
@@ -77,7 +77,7 @@ image-test: image $(STAMP)
 # (another is refused). Needs root and debootstrap, and Go the first time (the CLI).
 # release-push: crossplane xpkg push of each, the function first (a private CA: SSL_CERT_FILE).
 REGISTRY ?= localhost:5000/function-cluster-plugin
-release: $(STAMP)
+release: needs-release $(STAMP)
 	$(BIN)/python -m scripts.release build --registry $(REGISTRY) $(if $(VERSION),--version $(VERSION))
 
 release-push: $(STAMP)
@@ -89,8 +89,14 @@ release-push: $(STAMP)
 tools:
 	$(PYTHON) scripts/tools.py build
 
+# make e2e, release and image first check every system command they need (Go, debootstrap,
+# umoci, docker-registry...) and name the missing ones with their Debian packages in one line,
+# before any work; `python3 scripts/system_packages.py install TARGET` installs them (root).
+needs-%:
+	@$(PYTHON) scripts/system_packages.py check $*
+
 # End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
-e2e: $(STAMP) $(HELM) tools
+e2e: needs-e2e $(STAMP) $(HELM) tools
 	$(BIN)/python -m pytest e2e
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
