@@ -92,8 +92,8 @@ tools:
 # make e2e, release and image first check every system command they need (Go, debootstrap,
 # umoci, docker-registry...) and name the missing ones with their Debian packages in one line,
 # before any work; `python3 scripts/system_packages.py install TARGET` installs them (root).
-needs-%:
-	@$(PYTHON) scripts/system_packages.py check $*
+needs-e2e needs-release needs-image:
+	@$(PYTHON) scripts/system_packages.py check $(@:needs-%=%)
 
 # End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
 e2e: needs-e2e $(STAMP) $(HELM) tools
