@@ -33,6 +33,11 @@ scratch module's ``require`` (and ``staging`` for Kubernetes) in ``e2e/tools.jso
 module's ``go``, ``requires``, ``replaces`` and ``go_sum`` in the lock. The proxy here
 answers ``go list -m -versions`` with 403 for some modules; ask for one version instead
 (``go list -m MODULE@VERSION``).
+
+A ``replace`` input is ``PATH: VERSION`` (the same module at another version) or
+``PATH: "NEW_PATH VERSION"`` (another module, e.g. provider-aws's Terraform fork). A fork
+is not in the checksum database; ``update`` takes its hashes from the go.sum of the module
+that replaces it, which the checksum database did verify.
 """
 
 from __future__ import annotations
@@ -140,6 +145,20 @@ def tools_of(lock: dict[str, Any], scratch: str) -> list[str]:
     return sorted(n for n, t in lock["tools"].items() if t["scratch"] == scratch)
 
 
+def replace_of(entry: str) -> tuple[str, str, str]:
+    """A replace entry of the lock as (old path, new path, version).
+
+    ``"PATH VERSION"`` pins PATH at another version of itself (Kubernetes' staging modules);
+    ``"PATH NEW VERSION"`` swaps in another module (provider-aws's Terraform fork).
+    """
+    fields = entry.split(" ")
+    if len(fields) == 2:
+        return fields[0], fields[0], fields[1]
+    if len(fields) == 3:
+        return fields[0], fields[1], fields[2]
+    raise ToolError(f"replace entry {entry!r}: expected 'PATH VERSION' or 'PATH NEW_PATH VERSION'")
+
+
 def go_mod_text(lock: dict[str, Any], scratch: str, *, resolved: bool) -> str:
     """The scratch module's go.mod: the inputs only, or everything update resolved."""
     module = lock["modules"][scratch]
@@ -153,12 +172,10 @@ def go_mod_text(lock: dict[str, Any], scratch: str, *, resolved: bool) -> str:
         lines += ["go 1.26", "", "require ("]
         lines += [f"\t{path} {version}" for path, version in sorted(module["require"].items())]
         lines += [")", ""]
-        replaces = [f"{path} {version}" for path, version in sorted(module["replace"].items())]
+        replaces = [f"{path} {target}" for path, target in sorted(module["replace"].items())]
     if replaces:
         lines += ["replace ("]
-        lines += [
-            f"\t{path} => {path} {version}" for path, version in (r.split(" ", 1) for r in replaces)
-        ]
+        lines += [f"\t{old} => {new} {version}" for old, new, version in map(replace_of, replaces)]
         lines += [")", ""]
     lines += [f"tool {lock['tools'][name]['package']}" for name in tools_of(lock, scratch)]
     return "\n".join(lines) + "\n"
@@ -330,6 +347,39 @@ def staging_replaces(
     }
 
 
+def forks_sums(module: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The go.sum lines of each replacement by another module, from the requiring module's go.sum.
+
+    A fork such as provider-aws's Terraform provider is not in the checksum database (its
+    lookup answers 404), so ``go mod tidy`` cannot verify it there. The module that replaces
+    it was verified by the checksum database and its go.sum names the fork's hashes: seeding
+    the scratch go.sum with those lines makes Go check the fork against them.
+    """
+    entries = (replace_of(f"{path} {target}") for path, target in module["replace"].items())
+    forks = sorted((new, version) for old, new, version in entries if old != new)
+    if not forks:
+        return []
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as work:
+        for path, version in sorted(module["require"].items()):
+            info = json.loads(
+                run_go(["mod", "download", "-json", f"{path}@{version}"], Path(work), env)
+            )
+            sums = (Path(info["Dir"]) / "go.sum").read_text().splitlines()
+            lines += [
+                line
+                for line in sums
+                if (line.split(" ")[0], line.split(" ")[1].removesuffix("/go.mod")) in forks
+            ]
+    missing = [f"{new}@{v}" for new, v in forks if not any(f"{new} {v} " in f"{x} " for x in lines)]
+    if missing:
+        raise ToolError(
+            f"no go.sum of {', '.join(sorted(module['require']))} names {', '.join(missing)}: "
+            "a replacement by another module must be hashed by the module that replaces it"
+        )
+    return lines
+
+
 def update(lock: dict[str, Any], names: list[str]) -> None:
     """Resolve each scratch module of NAMES with go mod tidy and record the result."""
     env = go_env()
@@ -345,13 +395,16 @@ def update(lock: dict[str, Any], names: list[str]) -> None:
         with tempfile.TemporaryDirectory() as work:
             work_dir = Path(work)
             (work_dir / "go.mod").write_text(go_mod_text(lock, scratch, resolved=False))
+            seeded = forks_sums(module, env)
+            (work_dir / "go.sum").write_text("".join(f"{line}\n" for line in seeded))
             run_go(["mod", "tidy"], work_dir, env, nice=True)
             edit = json.loads(run_go(["mod", "edit", "-json"], work_dir, env))
             go_sum = (work_dir / "go.sum").read_text().splitlines()
         module["go"] = edit["Go"]
         module["requires"] = [f"{r['Path']} {r['Version']}" for r in edit["Require"]]
         module["replaces"] = [
-            f"{r['Old']['Path']} {r['New']['Version']}" for r in edit.get("Replace") or []
+            " ".join([*dict.fromkeys([r["Old"]["Path"], r["New"]["Path"]]), r["New"]["Version"]])
+            for r in edit.get("Replace") or []
         ]
         module["go_sum"] = [line for line in go_sum if line.strip()]
         for name in tools_of(lock, scratch):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "scripts" / "tools.py"
 LOCK = json.loads((ROOT / "e2e" / "tools.json").read_text())
@@ -23,11 +25,12 @@ def test_every_tool_is_pinned_with_its_module_and_checksums() -> None:
         requires = dict(r.split(" ") for r in module["requires"])
         assert requires[tool["module"]] == tool["version"], name
         assert tool["package"].startswith(tool["module"]), name
-        replaces = dict(r.split(" ") for r in module["replaces"])
+        replaces = {old: (new, v) for old, new, v in map(tools.replace_of, module["replaces"])}
         sums = {tuple(line.split(" ")[:2]) for line in module["go_sum"]}
         # Every required module (at its replacement's version) has its go.mod hash.
         for path, version in requires.items():
-            assert (path, f"{replaces.get(path, version)}/go.mod") in sums, (name, path)
+            path_of, version_of = replaces.get(path, (path, version))
+            assert (path_of, f"{version_of}/go.mod") in sums, (name, path)
         assert (tool["module"], tool["version"]) in sums, name
 
 
@@ -40,6 +43,26 @@ def test_kubernetes_staging_modules_are_pinned_at_the_release() -> None:
     text = tools.go_mod_text(LOCK, "kubernetes", resolved=True)
     assert f"\tk8s.io/api => k8s.io/api {module['staging']}\n" in text
     assert "tool k8s.io/kubernetes/cmd/kube-apiserver\n" in text
+
+
+def test_provider_aws_is_built_with_its_terraform_fork_hashed() -> None:
+    module = LOCK["modules"]["provider-aws"]
+    fork = "github.com/upbound/terraform-provider-aws"
+    (old, new, version), *_ = (tools.replace_of(r) for r in module["replaces"])
+    assert (old, new) == ("github.com/hashicorp/terraform-provider-aws", fork)
+    assert module["replace"][old] == f"{fork} {version}"
+    text = tools.go_mod_text(LOCK, "provider-aws", resolved=True)
+    assert f"\t{old} => {fork} {version}\n" in text
+    # Both hashes of the fork, which the checksum database does not know.
+    assert {line.split(" ")[1] for line in module["go_sum"] if line.startswith(f"{fork} ")} == {
+        version,
+        f"{version}/go.mod",
+    }
+
+
+def test_a_malformed_replace_entry_is_refused() -> None:
+    with pytest.raises(tools.ToolError, match="'PATH VERSION' or 'PATH NEW_PATH VERSION'"):
+        tools.replace_of("only-a-path")
 
 
 def test_version_ldflags() -> None:
