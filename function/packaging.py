@@ -54,6 +54,8 @@ PROVIDERS = (
     # controls, and the optional Route 53 alias record.
     ("provider-aws-cloudfront", "v2.6.0"),
     ("provider-aws-route53", "v2.6.0"),
+    # EKS: Pod Identity associations (irsa.mode PodIdentity).
+    ("provider-aws-eks", "v2.6.0"),
 )
 
 DOCKER_HUB = "index.docker.io"

@@ -335,7 +335,7 @@ def test_values_schema_is_read_from_the_named_chart_version():
 
 def test_vendored_charts_are_indexed_by_their_chart_yaml():
     charts = ks.vendored_charts()
-    assert len(charts) == 10
+    assert len(charts) == 11
     for (name, version), archive in charts.items():
         # helm package names the file <name>-<version>.tgz from the same Chart.yaml.
         assert archive.name == f"{name}-{version}.tgz"
@@ -666,7 +666,7 @@ def test_vendored_chart_packages_match_their_checksums():
     recorded = {name: digest for digest, name in (line.split("  ") for line in sums.splitlines())}
     packages = sorted(p.name for p in ks.CHART_DIR.glob("*.tgz"))
     assert sorted(recorded) == packages
-    assert len(packages) == 10
+    assert len(packages) == 11
     provenance = (ks.CHART_DIR / "PROVENANCE.md").read_text()
     assert sorted(re.findall(r"^\| ([^ |]+\.tgz) \|", provenance, re.M)) == packages
     for name in packages:

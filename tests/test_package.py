@@ -441,12 +441,13 @@ def test_only_the_v2_package_is_limited_to_crossplane_v2() -> None:
 
 def test_packages_pin_the_tested_versions_to_the_function_release() -> None:
     expected = expected_dependencies()
-    # PROVENANCE.md: upjet AWS v2.6.0 (s3, iam, ec2, cloudfront, route53), provider-helm v1.4.0.
+    # PROVENANCE.md: upjet AWS v2.6.0 (s3, iam, ec2, cloudfront, route53, eks), provider-helm v1.4.0.
     assert expected[f"{PROVIDER_REGISTRY}/provider-aws-s3"] == ("Provider", "v2.6.0")
     assert expected[f"{PROVIDER_REGISTRY}/provider-aws-cloudfront"] == ("Provider", "v2.6.0")
     assert expected[f"{PROVIDER_REGISTRY}/provider-aws-route53"] == ("Provider", "v2.6.0")
+    assert expected[f"{PROVIDER_REGISTRY}/provider-aws-eks"] == ("Provider", "v2.6.0")
     assert expected[f"{PROVIDER_REGISTRY}/provider-helm"] == ("Provider", "v1.4.0")
-    assert len(expected) == 7, sorted(expected)
+    assert len(expected) == 8, sorted(expected)
     package, tag, _ = function_source()
     assert tag == f"v{__version__}", "the Function the README installs is this release"
     assert expected[package] == ("Function", tag)
