@@ -1,5 +1,6 @@
 # Entry points for a fresh Debian machine with Python 3.11+:
-#   make demo   set up a venv and play a ClusterPlugin's whole lifecycle in memory
+#   make demo   set up a venv with the runtime alone and play a ClusterPlugin's whole lifecycle
+#               in memory
 #   make test   set up a venv and run lint, types and the test suite
 #   make e2e    also needs Go 1.26 and the Go module proxy: the same examples through
 #               Crossplane's own render and validator (README, Development)
@@ -8,6 +9,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HELM   := $(BIN)/helm
+# make demo's own venv: the runtime dependencies alone (no aws extra, no dev tools).
+DEMO_VENV  ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
 
@@ -19,10 +23,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
 		--required examples/selfhosted-full/required
-	@echo "The CLI is $(BIN)/function-cluster-plugin: '. $(BIN)/activate' puts it on PATH."
+	@echo "That CLI is $(DEMO_VENV)/bin/function-cluster-plugin (the runtime alone);" \
+		"make test installs it with the aws extra and the dev tools into $(BIN)/."
 
 lint: $(STAMP)
 	$(BIN)/ruff check function tests scripts benchmarks e2e
@@ -112,4 +122,4 @@ soak: $(STAMP)
 	SOAK=1 HYPOTHESIS_PROFILE=soak timeout 1800 $(BIN)/python -m pytest tests/test_property.py tests/test_iam_lint.py tests/soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
