@@ -1,6 +1,6 @@
 # Entry points for a fresh Debian machine with Python 3.11+:
 #   make demo   set up a venv with the runtime alone and play a ClusterPlugin's whole lifecycle
-#               in memory
+#               in memory, through its cluster's deletion (fails unless the cluster is usable)
 #   make test   set up a venv and run lint, types and the test suite
 #   make e2e    also needs Go 1.26 and the Go module proxy: the same examples through
 #               Crossplane's own render and validator (README, Development)
@@ -28,9 +28,11 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 	$(DEMO_VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	touch $(DEMO_STAMP)
 
+# Ready, every condition True, then the Cluster deleted at reconcile 14 and gone at 18:
+# exits non-zero unless all of it holds (tests/test_simulate.py runs this command line).
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
-		--required examples/selfhosted-full/required
+		--required examples/selfhosted-full/required --delete-cluster-at 14
 	@echo "That CLI is $(DEMO_VENV)/bin/function-cluster-plugin (the runtime alone);" \
 		"make test installs it with the aws extra and the dev tools into $(BIN)/."
 

@@ -271,13 +271,29 @@ class Simulation:
         """The first FATAL message, if any."""
         return next((s.fatal for s in self.steps if s.fatal is not None), None)
 
+    @property
+    def judged(self) -> StepRecord | None:
+        """The reconcile at which the cluster must be usable.
+
+        The last one played, or with ``delete_cluster_at`` the last before the
+        cluster's deletion (None when the deletion came at the first).
+        """
+        before = self.settings.delete_cluster_at
+        played = [s for s in self.steps if before is None or s.step < before]
+        return played[-1] if played else None
+
+    def conditions_not_true(self) -> list[str]:
+        """The XR's conditions that are not True at the judged reconcile, with their reasons."""
+        judged = self.judged
+        return list(judged.not_true) if judged is not None else []
+
     def problems(self) -> list[str]:
         """Why the run failed (empty when it passed)."""
         out = []
         if self.fatal is not None:
             out.append(f"the function returned a FATAL result: {self.fatal}")
         if self.settings.delete_cluster_at is not None:
-            return out + self._deletion_problems()
+            return out + self._usable_problems() + self._deletion_problems()
         if self.xr_ready_at is None:
             out.append(f"the XR never became Ready within {self.settings.steps} reconciles")
         elif not self.xr_ready_at_end:
@@ -285,10 +301,45 @@ class Simulation:
                 f"the XR became Ready at reconcile {self.xr_ready_at} "
                 "but is not Ready at the last one"
             )
+        out += self._condition_problems()
         if self.deletions:
             listed = ", ".join(f"{name} (reconcile {step})" for step, name in self.deletions)
             out.append(f"{len(self.deletions)} composed resource(s) deleted: {listed}")
         return out
+
+    def _condition_problems(self) -> list[str]:
+        """A usable cluster has every condition the function sets True.
+
+        PluginsReady is left out: it is the XR's Ready itself, which the other
+        problems already name, and its waits are listed under the run.
+        """
+        judged = self.judged
+        if judged is None or judged.fatal is not None:
+            return []
+        bad = [c.partition(":")[0] for c in judged.not_true if not c.startswith("PluginsReady=")]
+        if not bad:
+            return []
+        usable = f"the cluster is not usable at reconcile {judged.step}"
+        return [f"{usable}: {len(bad)} XR condition(s) not True: {', '.join(bad)}"]
+
+    def _usable_problems(self) -> list[str]:
+        """With the cluster's deletion played: the XR was Ready, all True, just before it."""
+        at = self.settings.delete_cluster_at
+        judged = self.judged
+        if judged is None or judged.fatal is not None:
+            return []
+        out = []
+        if self.xr_ready_at is None or self.xr_ready_at >= (at or 0):
+            out.append(
+                f"the XR never became Ready before the cluster's deletion at reconcile {at} "
+                "(delete it later: --delete-cluster-at)"
+            )
+        elif not judged.xr_ready:
+            out.append(
+                f"the XR became Ready at reconcile {self.xr_ready_at} but is not Ready at "
+                f"reconcile {judged.step}, the last before the cluster's deletion"
+            )
+        return out + self._condition_problems()
 
     def waits_at_end(self) -> list[str]:
         """What the XR waits for after the last reconcile, when not Ready then.
@@ -380,6 +431,8 @@ class Simulation:
             "ok": self.ok,
             "problems": self.problems(),
             "waitingAtEnd": self.waits_at_end(),
+            "judgedAt": self.judged.step if self.judged is not None else None,
+            "conditionsNotTrue": self.conditions_not_true(),
         }
 
 
@@ -592,7 +645,10 @@ class Simulator:
 def step_line(rec: StepRecord) -> str:
     """One plain line for a reconcile."""
     cp = "available" if rec.available else "initialized" if rec.initialized else "not initialized"
-    parts = [f"reconcile {rec.step:>3}", f"control plane {cp}"]
+    parts = [f"reconcile {rec.step:>3}"]
+    # A cluster that is gone has no control plane to speak of.
+    if rec.cluster != "gone":
+        parts.append(f"control plane {cp}")
     if rec.cluster != "present":
         parts.append(f"cluster {rec.cluster}")
     if rec.fatal is not None:
@@ -661,6 +717,10 @@ def summary_lines(sim: Simulation) -> list[str]:
     lines.append(
         f"XR Ready at reconcile: {sim.xr_ready_at if sim.xr_ready_at is not None else 'never'}"
     )
+    judged = sim.judged
+    if judged is not None and judged.fatal is None:
+        when = "the last played" if s.delete_cluster_at is None else "the last before the deletion"
+        lines.extend(_not_true_lines(judged, when))
     played = f"reconciles played: {sim.last_step} of {s.steps}"
     if sim.stopped_early:
         settled = "the XR Ready" if s.delete_cluster_at is None else "nothing left"
@@ -678,7 +738,7 @@ def summary_lines(sim: Simulation) -> list[str]:
             f"Releases uninstalled: {len(sim.uninstalls)}, hanging in an uninstall: "
             f"{len(sim.hung)}; composed resources left: {len(sim.left)}"
         )
-        lines.append(f"deletions: {len(sim.deletions)}")
+        lines.append(f"composed resources deleted: {len(sim.deletions)}")
         if sim.deletions:
             first = min(step for step, _ in sim.deletions)
             last = max(step for step, _ in sim.deletions)
@@ -690,18 +750,33 @@ def summary_lines(sim: Simulation) -> list[str]:
                 f"{len(sim.deleted_in_use) or 'none'}"
             )
     else:
-        lines.append(f"deletions: {len(sim.deletions)}")
+        lines.append(
+            f"composed resources deleted: {len(sim.deletions)} (the cluster's deletion was not "
+            "played: --delete-cluster-at N plays it)"
+        )
         lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
+    final = sim.steps[-1] if sim.steps else None
+    if s.delete_cluster_at is not None and final is not None and final.fatal is None:
+        lines.extend(_not_true_lines(final, "the last played"))
     lines.extend(
         f"warning: --fail {name}: no composed resource of that name appeared"
         for name in sim.unknown_faults
     )
     lines.extend(f"FAILED: {p}" for p in sim.problems())
-    waits = sim.waits_at_end()
-    if waits and sim.settings.delete_cluster_at is None:
-        lines.append(f"the XR waits, after reconcile {sim.last_step}, for:")
-        lines.extend(f"  {w}" for w in waits)
+    # The plugins' waits (the conditions are listed above).
+    last_waits = final.waiting if final is not None and not final.xr_ready else {}
+    if last_waits and sim.settings.delete_cluster_at is None:
+        lines.append(f"the plugins wait, after reconcile {sim.last_step}, for:")
+        lines.extend(f"  {plugin}: {what}" for plugin, what in last_waits.items())
     return lines
+
+
+def _not_true_lines(rec: StepRecord, when: str) -> list[str]:
+    """The XR's conditions that are not True after reconcile ``rec``, each with its reason."""
+    head = f"XR conditions not True at reconcile {rec.step} ({when}):"
+    if not rec.not_true:
+        return [f"{head} none"]
+    return [head, *(f"  {c}" for c in rec.not_true)]
 
 
 def plain_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -781,9 +856,10 @@ def run_plain(simulator: Simulator, echo: Callable[[str], None]) -> Simulation:
 
 
 def _ok_line(sim: Simulation) -> str:
+    usable = f"OK: the XR became Ready at reconcile {sim.xr_ready_at} with every condition True"
     if sim.settings.delete_cluster_at is not None:
         return (
-            "OK: nothing deleted while the cluster existed, no uninstall, everything deleted "
-            "in Usage order once it was gone"
+            f"{usable}; nothing deleted while the cluster existed, no uninstall, everything "
+            "deleted in Usage order once it was gone"
         )
-    return "OK: the XR became Ready and nothing was deleted"
+    return f"{usable}, and nothing was deleted"

@@ -423,8 +423,8 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     assert "  over reconciles 19-31: 15, 15, 0, 6, 4, 0, 1, 1, 0, 1, 1, 0, 1\n" in result.output
     assert "  deleted while a Usage of it was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
-        "OK: nothing deleted while the cluster existed, no uninstall, everything deleted in Usage "
-        "order once it was gone"
+        "OK: the XR became Ready at reconcile 10 with every condition True; nothing deleted while "
+        "the cluster existed, no uninstall, everything deleted in Usage order once it was gone"
     )
 
 

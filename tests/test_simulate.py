@@ -142,10 +142,13 @@ def test_control_plane_never_available_fails() -> None:
     assert doc["xrReadyAt"] is None
     assert not doc["ok"]
     assert any("never became Ready" in p for p in doc["problems"])
-    # What the XR waits for at the end: its plugins' waitingFor and its conditions.
+    # What the XR waits for at the end: its plugins' waitingFor, and its conditions not True.
     waits = doc["waitingAtEnd"]
     assert "ebs-csi: control plane available" in waits
-    assert any(w.startswith("SecurityGroupsReady=False (IngressRulesMissing): ") for w in waits)
+    assert doc["judgedAt"] == 20
+    assert [c.partition(":")[0] for c in doc["conditionsNotTrue"]] == [
+        "PluginsReady=False (Waiting)"
+    ]
     assert doc["lastStep"] == 20
     assert doc["deletions"] == []
     n = nodes(doc)
@@ -222,7 +225,11 @@ def test_plain_text_output_has_the_timeline() -> None:
     assert "reconcile   1 | control plane not initialized" in out
     assert "timeline" in out
     assert "XR Ready at reconcile: 10" in out
-    assert "deletions: 0" in out
+    assert "XR conditions not True at reconcile 16 (the last played): none\n" in out
+    assert "composed resources deleted: 0 (the cluster's deletion was not played" in out
+    assert out.rstrip().endswith(
+        "OK: the XR became Ready at reconcile 10 with every condition True, and nothing was deleted"
+    )
     assert "fault: cni-release" in out
     line = next(x for x in out.splitlines() if x.startswith("cni-release "))
     assert line.split()[1:3] == ["6", "vpc-cni-role-attachment"]
@@ -248,3 +255,134 @@ def test_fault_parsing() -> None:
     assert simulate.parse_fault("cni-release@12") == simulate.Fault("cni-release", 12, 1)
     f = simulate.Fault("x", 12, 3)
     assert [s for s in range(10, 17) if f.active(s)] == [12, 13, 14]
+
+
+# --- a usable cluster: every condition True, through the cluster's deletion ---------------------
+
+CAPA_DEFAULT_CNI = {
+    # What CAPA's defaulting webhook stores when the AWSCluster names no CNI rules: Calico's.
+    "cniIngressRules": [
+        {"description": "bgp (calico)", "protocol": "tcp", "fromPort": 179, "toPort": 179},
+        {"description": "IP-in-IP (calico)", "protocol": "4", "fromPort": -1, "toPort": 65535},
+    ]
+}
+
+
+def _without_the_vpc_cni_rules(tmp_path: Path) -> Path:
+    """selfhosted-full's required objects, the AWSCluster as CAPA defaults it (no VPC CNI rules).
+
+    Its status drops the all-traffic rules CAPA would no longer make.
+    """
+    docs = files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
+    out = tmp_path / "required"
+    out.mkdir()
+    for i, d in enumerate(docs):
+        if d["kind"] == "AWSCluster":
+            d["spec"]["network"]["cni"] = CAPA_DEFAULT_CNI
+            for sg in d["status"]["networkStatus"]["securityGroups"].values():
+                sg["ingressRule"] = [
+                    r
+                    for r in sg.get("ingressRule") or []
+                    if r["description"] != "all traffic (vpc-cni)"
+                ]
+        (out / f"{i}.yaml").write_text(yaml.safe_dump(d))
+    return out
+
+
+def _simulate_text(required: Path, *args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            str(EXAMPLES / "selfhosted-full" / "xr.yaml"),
+            "--required",
+            str(required),
+            *args,
+        ],
+    )
+    return r.exit_code, r.stdout
+
+
+def test_a_ready_xr_with_a_condition_not_true_fails_and_says_which(tmp_path: Path) -> None:
+    required = _without_the_vpc_cni_rules(tmp_path)
+    code, out = _simulate_text(required)
+    assert code == 1
+    assert "XR Ready at reconcile: 10" in out  # Ready, and still not usable
+    lines = out.splitlines()
+    at = lines.index("XR conditions not True at reconcile 13 (the last played):")
+    assert lines[at + 1].startswith(
+        "  SecurityGroupsReady=False (IngressRulesMissing): CAPA-managed security groups lack "
+        "ports for vpc-cni-all."
+    )
+    assert (
+        "FAILED: the cluster is not usable at reconcile 13: 1 XR condition(s) not True: "
+        "SecurityGroupsReady=False (IngressRulesMissing)"
+    ) in lines
+    assert not any(line.startswith("OK") for line in lines)
+    code, text = _simulate_text(required, "-o", "json")
+    doc = json.loads(text)
+    assert code == 1 and not doc["ok"]
+    assert [c.partition(":")[0] for c in doc["conditionsNotTrue"]] == [
+        "SecurityGroupsReady=False (IngressRulesMissing)"
+    ]
+
+
+def test_a_deletion_run_fails_when_the_cluster_was_not_usable_before_it(tmp_path: Path) -> None:
+    required = _without_the_vpc_cni_rules(tmp_path)
+    code, out = _simulate_text(required, "--delete-cluster-at", "14")
+    assert code == 1
+    assert "XR conditions not True at reconcile 13 (the last before the deletion):" in out
+    assert (
+        "FAILED: the cluster is not usable at reconcile 13: 1 XR condition(s) not True: "
+        "SecurityGroupsReady=False (IngressRulesMissing)\n"
+    ) in out
+    # The deletion itself went well, and is still reported.
+    assert "composed resources deleted: 45\n" in out
+    assert "OK" not in out
+
+
+def test_a_deletion_before_the_xr_was_ready_fails() -> None:
+    code, doc = run("selfhosted-full", "--delete-cluster-at", "6")
+    assert code == 1
+    assert doc["judgedAt"] == 5
+    assert doc["problems"][0] == (
+        "the XR never became Ready before the cluster's deletion at reconcile 6 "
+        "(delete it later: --delete-cluster-at)"
+    )
+
+
+def _make_demo_argv() -> list[str]:
+    """The simulate command line of `make demo`, from the Makefile."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    recipe = text.split("\ndemo:", 1)[1]
+    line = next(x for x in recipe.splitlines() if "function-cluster-plugin simulate" in x)
+    return line.split("function-cluster-plugin", 1)[1].split()
+
+
+def test_make_demo_plays_the_deletion_and_says_every_condition_was_true() -> None:
+    argv = _make_demo_argv()
+    assert "--delete-cluster-at" in argv
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 0, r.stdout
+    out = r.stdout
+    assert "XR Ready at reconcile: 10\n" in out
+    assert "XR conditions not True at reconcile 13 (the last before the deletion): none\n" in out
+    assert "composed resources deleted: 45\n" in out
+    assert (
+        "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0\n" in out
+    )
+    # After the deletion every condition says so, with its reason.
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.endswith("(the last played):"))
+    assert [x.split(":")[0] for x in lines[at + 1 : at + 4]] == [
+        "  PluginsReady=False (ClusterDeleted)",
+        "  SecurityGroupsReady=Unknown (ClusterDeleted)",
+        "  CloudProviderReady=Unknown (ClusterDeleted)",
+    ]
+    # A cluster that is gone has no control plane to report on.
+    gone = [x for x in lines if "| cluster gone |" in x]
+    assert gone and not any("control plane" in x for x in gone)
+    assert lines[-1] == (
+        "OK: the XR became Ready at reconcile 10 with every condition True; nothing deleted while "
+        "the cluster existed, no uninstall, everything deleted in Usage order once it was gone"
+    )
