@@ -29,6 +29,7 @@ import click
 from crossplane.function import cli as sdkcli
 
 from function.__version__ import __version__
+from function.template_values import template_values_cmd
 
 
 @click.group()
@@ -551,6 +552,7 @@ def _show_environment_variables(group: click.Group) -> None:
 
 
 _add_aws_group()
+cli.add_command(template_values_cmd)
 _show_environment_variables(cli)
 
 if __name__ == "__main__":

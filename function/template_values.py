@@ -1,0 +1,265 @@
+r"""``template-values``: what the CAPA cluster template needs that only this function can compute.
+
+``templates/cluster-template-clusterplugin.yaml`` (``docs/capa-template.md``) is CAPA's default
+kubeadm template with the ClusterPlugin in it. Its KubeadmControlPlane starts the API server
+with ``--service-account-issuer=${CLUSTER_PLUGIN_ISSUER_URL}``: the SelfHosted issuer of the
+ClusterPlugin that will be made of the same template, which depends on the namespace, the
+cluster's name, the region and the ``namePrefix`` of the Composition that composes it. This
+command prints it for a namespace and a cluster name, before any XR file exists, by asking
+``function.issuer`` (the computation the function itself uses for ``status.issuerURL``) about
+the ClusterPlugin the template makes, and says which prefix it used::
+
+    eval "$(function-cluster-plugin template-values demo -n team-a --region us-east-1 \
+        --composition composition.yaml -o env)"
+    clusterctl generate cluster demo --target-namespace team-a \
+        --from templates/cluster-template-clusterplugin.yaml > demo.yaml
+
+Imports only click at module level: ``function/main.py`` registers the command, and the
+server's start pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+# The template this command computes for, and the variables it fills (docs/capa-template.md).
+TEMPLATE = "templates/cluster-template-clusterplugin.yaml"
+ISSUER_VARIABLE = "CLUSTER_PLUGIN_ISSUER_URL"
+COMPOSITION_VARIABLE = "CLUSTER_PLUGIN_COMPOSITION"
+REGION_VARIABLE = "AWS_REGION"
+
+
+class InputError(click.ClickException):
+    """A step input or Composition file it cannot use: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class TemplateValues:
+    """The template variables of one ClusterPlugin, and where each input came from."""
+
+    namespace: str
+    cluster: str
+    region: str
+    region_from: str
+    name_prefix: str
+    name_prefix_from: str
+    composition: str
+    issuer_url: str
+
+    def variables(self) -> dict[str, str]:
+        """Template variable -> value, as clusterctl reads them from the environment."""
+        return {
+            REGION_VARIABLE: self.region,
+            COMPOSITION_VARIABLE: self.composition,
+            ISSUER_VARIABLE: self.issuer_url,
+        }
+
+    def clusterctl(self) -> str:
+        """The clusterctl command that generates the cluster these values are for."""
+        return (
+            f"clusterctl generate cluster {shlex.quote(self.cluster)} "
+            f"--target-namespace {shlex.quote(self.namespace)} --from {TEMPLATE}"
+        )
+
+    def prefix_line(self) -> str:
+        """Which name prefix the issuer was computed with: it is part of the bucket's name."""
+        return f'namePrefix "{self.name_prefix}", {self.name_prefix_from}'
+
+    def as_dict(self) -> dict[str, Any]:
+        """The machine-readable form (``-o yaml|json``)."""
+        return {
+            "namespace": self.namespace,
+            "clusterName": self.cluster,
+            "region": self.region,
+            "regionFrom": self.region_from,
+            "namePrefix": self.name_prefix,
+            "namePrefixFrom": self.name_prefix_from,
+            "variables": self.variables(),
+            "clusterctl": self.clusterctl(),
+        }
+
+    def env(self) -> str:
+        """``export`` lines for a POSIX shell, the inputs as comments."""
+        lines = [
+            f"# ClusterPlugin {self.namespace}/{self.cluster}: {self.prefix_line()}",
+            f"# region from {self.region_from}; then: {self.clusterctl()}",
+        ]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.variables().items()]
+        return "\n".join(lines) + "\n"
+
+    def text(self) -> str:
+        """The human-readable report."""
+        width = max(len(k) for k in self.variables())
+        rows = [f"    {k:<{width}}  {v}" for k, v in self.variables().items()]
+        return "\n".join(
+            [
+                f"Values of {TEMPLATE} for ClusterPlugin {self.namespace}/{self.cluster}:",
+                "",
+                *rows,
+                "",
+                (
+                    f"The issuer was computed with {self.prefix_line()}, and region "
+                    f"{self.region} from {self.region_from}."
+                ),
+                (
+                    "The API server signs service-account tokens with this issuer from its "
+                    "first boot: generate the cluster with the same name and namespace, and "
+                    "let the ClusterPlugin use that Composition:"
+                ),
+                "",
+                f"    {self.clusterctl()}",
+                "",
+            ]
+        )
+
+
+def _prefix_source(
+    input_file: str | None, composition: str | None, composition_name: str
+) -> str:
+    if input_file:
+        return f"from the step input {input_file} (--input)"
+    if composition:
+        return (
+            f"from the step input of Composition {composition_name} ({composition}, --composition)"
+        )
+    return (
+        "the default: neither --composition nor --input was given (pass the Composition your "
+        "platform runs if its namePrefix is not empty)"
+    )
+
+
+def compute(
+    namespace: str,
+    cluster: str,
+    region: str,
+    *,
+    input_file: str | None = None,
+    composition: str | None = None,
+    region_from: str = "--region",
+) -> TemplateValues:
+    """The values for ``namespace``/``cluster``.
+
+    Raises ``files.InputFileError`` for a step input or Composition that cannot be used and
+    ``issuer.IssuerError`` for what the function would refuse (a bad name or region).
+    """
+    from function import files, issuer  # noqa: PLC0415
+    from function.flavour import NAMESPACED_XR  # noqa: PLC0415
+
+    # The template's ClusterPlugin as the issuer depends on it: its name, namespace and
+    # cluster; SelfHosted with the default hosting (S3Public) and bucket name.
+    xr = {
+        "apiVersion": NAMESPACED_XR.api_version,
+        "kind": NAMESPACED_XR.kind,
+        "metadata": {"name": cluster, "namespace": namespace},
+        "spec": {"clusterName": cluster, "irsa": {"mode": "SelfHosted"}},
+    }
+    _, step_input = files.step_input(input_file, composition, xr)
+    composition_name = NAMESPACED_XR.xrd_name
+    if composition:
+        comp, _ = files.function_step(files.load_documents([composition]), composition)
+        composition_name = str((comp.get("metadata") or {}).get("name") or composition_name)
+    found = issuer.compute(xr, step_input=step_input, region=region)
+    # found.warnings says that this XR's spec names no add-on using IRSA: true of the
+    # stand-in above, not of the template's ClusterPlugin.
+    return TemplateValues(
+        namespace=namespace,
+        cluster=cluster,
+        region=found.region or region,
+        region_from=region_from,
+        name_prefix=str(step_input.get("namePrefix") or ""),
+        name_prefix_from=_prefix_source(input_file, composition, composition_name),
+        composition=composition_name,
+        issuer_url=found.url,
+    )
+
+
+@click.command("template-values")
+@click.argument("cluster", metavar="CLUSTER_NAME")
+@click.option(
+    "--namespace",
+    "-n",
+    required=True,
+    help="The namespace of the Cluster and the ClusterPlugin: clusterctl's --target-namespace.",
+)
+@click.option(
+    "--region",
+    required=True,
+    envvar=REGION_VARIABLE,
+    help="The cluster's AWS region (the template's AWS_REGION).",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="The step input (fn.clusterplugin.dev/v1alpha1 Input) whose namePrefix to use.",
+)
+@click.option(
+    "--composition",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    help="The Composition the ClusterPlugin will use: its step input's namePrefix, and its "
+    f"name for {COMPOSITION_VARIABLE}. --input wins over it for the prefix.",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    type=click.Choice(["text", "env", "yaml", "json"]),
+    default="text",
+    show_default=True,
+    help="env: export lines for a shell, which clusterctl reads the variables from.",
+)
+@click.pass_context
+def template_values_cmd(
+    ctx: click.Context,
+    *,
+    cluster: str,
+    namespace: str,
+    region: str,
+    input_file: str | None,
+    composition: str | None,
+    output: str,
+) -> None:
+    """Print the values the CAPA cluster template needs for CLUSTER_NAME in --namespace.
+
+    The SelfHosted IRSA issuer URL (the API server's --service-account-issuer from the
+    cluster's first boot), the Composition the ClusterPlugin uses and the region, for
+    templates/cluster-template-clusterplugin.yaml (docs/capa-template.md), before any
+    XR exists. Says which namePrefix the issuer was computed with.
+    """
+    from function import files, issuer  # noqa: PLC0415
+
+    from_env = ctx.get_parameter_source("region") is click.core.ParameterSource.ENVIRONMENT
+    region_from = REGION_VARIABLE if from_env else "--region"
+    try:
+        values = compute(
+            namespace,
+            cluster,
+            region,
+            input_file=input_file,
+            composition=composition,
+            region_from=region_from,
+        )
+    except files.InputFileError as err:
+        raise InputError(str(err)) from None
+    except issuer.IssuerError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(2)
+    if output == "env":
+        click.echo(values.env(), nl=False)
+    elif output == "json":
+        import json  # noqa: PLC0415
+
+        click.echo(json.dumps(values.as_dict(), indent=2))
+    elif output == "yaml":
+        import yaml  # noqa: PLC0415
+
+        click.echo(yaml.safe_dump(values.as_dict(), sort_keys=False, width=1 << 30), nl=False)
+    else:
+        click.echo(values.text(), nl=False)
