@@ -494,13 +494,7 @@ def test_trust_policy_comparison_is_semantic() -> None:
 
 
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, world: World) -> World:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+def aws_env(fake_aws_credentials: None, world: World) -> World:
     return world
 
 
