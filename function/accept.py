@@ -92,9 +92,9 @@ class Accepted:
             port_needs=self.port_needs,
         )
 
-    def issuer_url(self, region: str) -> str:
-        """The service-account issuer (SelfHosted: in ``region``; External: the given one)."""
-        return issuer_url(self.spec, self.names, region)
+    def issuer_url(self, region: str, facts: ClusterFacts | None = None) -> str:
+        """The service-account issuer (SelfHosted: in ``region``; else ``graph.issuer_url``)."""
+        return issuer_url(self.spec, self.names, region, facts)
 
 
 # --- the XR and its input alone ------------------------------------------------------
@@ -149,8 +149,8 @@ def _shared_input(input_bytes: bytes) -> bytes:
 
 def _external_problems(spec: ClusterPluginSpec) -> list[tuple[str, str]]:
     irsa = spec.irsa
-    if irsa.mode is not IRSAMode.EXTERNAL:
-        return []
+    if irsa.mode is not IRSAMode.EXTERNAL or not irsa.oidc_provider_arn:
+        return []  # none given: read from the EKS control plane (refuse judges it)
     problems = []
     url = irsa.issuer_url.rstrip("/")
     if not re.match(r"^https://[a-z0-9.-]+(/[A-Za-z0-9._~/-]*)?$", url):
@@ -377,6 +377,9 @@ def refuse(
             problem = addon.cluster_problem(accepted.spec, facts)
             if problem:
                 raise InvalidInputError(addon.spec_path, problem)
+    external = _external_cluster_problem(accepted.spec, facts)
+    if external:
+        raise InvalidInputError(*external)
     region = accepted.spec.region or facts.region
     if accepted.names.cloudfront is not None:
         partition = cloudfront_region_problem(accepted, region or "")
@@ -386,6 +389,52 @@ def refuse(
         change = _issuer_change(accepted, recorded, region)
         if change:
             raise InvalidInputError("spec.irsa.hosting", change)
+
+
+def _external_cluster_problem(
+    spec: ClusterPluginSpec, facts: ClusterFacts
+) -> tuple[str, str] | None:
+    """(field, message) when an External issuer cannot be the cluster's, or None.
+
+    Left out, it is read from the EKS control plane, which must associate an OIDC
+    provider; given, it must be the one CAPA reports there.
+    """
+    irsa = spec.irsa
+    if irsa.mode is not IRSAMode.EXTERNAL:
+        return None
+    where = cluster.control_plane_name(facts)
+    if not irsa.oidc_provider_arn:
+        if facts.control_plane_kind and not facts.eks:
+            return (
+                "spec.irsa",
+                (
+                    "mode External without issuerURL and oidcProviderARN reads them from an EKS "
+                    "control plane (AWSManagedControlPlane), but the control plane is a "
+                    f"{facts.control_plane_kind}: give both, or use mode SelfHosted"
+                ),
+            )
+        if facts.eks and facts.control_plane_found and not facts.associates_oidc_provider:
+            return (
+                "spec.irsa",
+                (
+                    "mode External without issuerURL and oidcProviderARN reads them from the "
+                    f"EKS control plane, but AWSManagedControlPlane {where} does not associate "
+                    "an OIDC provider: set its spec.associateOIDCProvider: true, or give "
+                    "issuerURL and oidcProviderARN"
+                ),
+            )
+        return None
+    observed = facts.oidc_provider_arn if facts.eks else None
+    if observed and observed != irsa.oidc_provider_arn:
+        return (
+            "spec.irsa.oidcProviderARN",
+            (
+                f"{irsa.oidc_provider_arn} is not the cluster's OIDC provider: "
+                f"AWSManagedControlPlane {where} reports {observed} (status.oidcProvider.arn); "
+                "give that one, or leave issuerURL and oidcProviderARN out to use it"
+            ),
+        )
+    return None
 
 
 # Why CloudFront cannot serve an issuer in these partitions, and what to do instead.

@@ -159,6 +159,10 @@ class ClusterFacts:
     sg_managed: dict[str, SecurityGroup] = field(default_factory=dict)
     # The name AWS knows the cluster by (EKS: spec.eksClusterName), used in subnet tags.
     kubernetes_cluster_name: str | None = None
+    # EKS: whether the AWSManagedControlPlane asks CAPA for the cluster's IAM OIDC provider
+    # (spec.associateOIDCProvider), and its ARN once CAPA wrote it (status.oidcProvider.arn).
+    associates_oidc_provider: bool = False
+    oidc_provider_arn: str | None = None
     sa_public_pem: bytes | None = None
     sa_problem: str | None = None
     # The control plane's Kubernetes version the cluster runs: the lower minor of
@@ -566,7 +570,12 @@ def read_facts(
 
     region, vpc_id, overrides, managed = _network(infra, cp)
 
-    eks_name = structs.str_at(cp, "spec", "eksClusterName") if cp is not None else None
+    eks_name = oidc_arn = None
+    associates = False
+    if cp is not None and cp_kind == EKS_CONTROL_PLANE:
+        eks_name = structs.str_at(cp, "spec", "eksClusterName")
+        associates = bool(structs.bool_at(cp, "spec", "associateOIDCProvider"))
+        oidc_arn = structs.str_at(cp, "status", "oidcProvider", "arn") or None
     pem, problem = _sa_public_key(secret)
     cluster_ref = None
     if cluster is not None:
@@ -585,6 +594,8 @@ def read_facts(
         sg_overrides=overrides,
         sg_managed=managed,
         kubernetes_cluster_name=eks_name or cluster_name,
+        associates_oidc_provider=associates,
+        oidc_provider_arn=oidc_arn,
         sa_public_pem=pem,
         sa_problem=problem,
         kubernetes_version=_kubernetes_version(cp) if cp is not None else None,
@@ -604,6 +615,13 @@ def external_resource_gc(facts: ClusterFacts) -> str | None:
     if obj is None:
         return None
     return structs.str_at(obj, "metadata", "annotations", EXTERNAL_RESOURCE_GC) or ""
+
+
+def control_plane_name(facts: ClusterFacts) -> str:
+    """``<namespace>/<name>`` of the control plane as read, for messages."""
+    cp = facts.control_plane
+    name = None if cp is None else structs.str_at(cp, "metadata", "name")
+    return f"{facts.namespace}/{name}" if name else f"of {facts.namespace}"
 
 
 def infrastructure_name(facts: ClusterFacts) -> str | None:

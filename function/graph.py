@@ -448,9 +448,17 @@ class Ctx:
         return self.spec.irsa.mode
 
     def issuer_url(self) -> str:
-        """The service-account issuer URL (SelfHosted: derived; External: given)."""
-        external = self.irsa is IRSAMode.EXTERNAL
-        return issuer_url(self.spec, self.names, "" if external else self.region)
+        """The service-account issuer URL (SelfHosted: derived; External: given or CAPA's)."""
+        if self.irsa is IRSAMode.EXTERNAL:
+            return self.external_issuer()[0]
+        return issuer_url(self.spec, self.names, self.region)
+
+    def external_issuer(self) -> tuple[str, str]:
+        """External: (issuer URL, OIDC provider ARN), given or read from the EKS control plane."""
+        found = external_issuer(self.spec, self.facts)
+        if found is None:
+            raise MissingFactError(_no_eks_issuer(self.facts))
+        return found
 
     def issuer_host_path(self) -> str:
         """The issuer without its scheme, as IAM condition keys spell it."""
@@ -470,11 +478,52 @@ class Ctx:
         return self.observed.ready(node, self.readiness.get(node, Readiness.CONDITION))
 
 
-def issuer_url(spec: ClusterPluginSpec, names: Names, region: str) -> str:
-    """The service-account issuer: External: the one given; else the bucket's, in ``region``."""
+def issuer_url(
+    spec: ClusterPluginSpec, names: Names, region: str, facts: ClusterFacts | None = None
+) -> str:
+    """The service-account issuer.
+
+    External: the one given, else the EKS control plane's ("" while unknown);
+    SelfHosted: the XR's own, in ``region``.
+    """
     if spec.irsa.mode is IRSAMode.EXTERNAL:
-        return spec.irsa.issuer_url.rstrip("/")
+        found = external_issuer(spec, facts)
+        return "" if found is None else found[0]
     return names.issuer_url(region)
+
+
+OIDC_PROVIDER_ARN_PREFIX = ":oidc-provider/"
+
+
+def external_issuer(
+    spec: ClusterPluginSpec, facts: ClusterFacts | None
+) -> tuple[str, str] | None:
+    """An External issuer: (URL, OIDC provider ARN); None while unknown.
+
+    As given in ``spec.irsa``, else as CAPA reports it on the EKS control plane
+    (``status.oidcProvider.arn``).
+
+    An IAM OIDC provider's ARN ends with its issuer's host and path, so the URL follows.
+    """
+    irsa = spec.irsa
+    if irsa.oidc_provider_arn:
+        return irsa.issuer_url.rstrip("/"), irsa.oidc_provider_arn
+    arn = None if facts is None else facts.oidc_provider_arn
+    if not arn or OIDC_PROVIDER_ARN_PREFIX not in arn:
+        return None
+    return "https://" + arn.split(OIDC_PROVIDER_ARN_PREFIX, 1)[1].rstrip("/"), arn
+
+
+def _no_eks_issuer(facts: ClusterFacts) -> Wait:
+    if not facts.control_plane_found:
+        return Wait(
+            "control plane", "the EKS control plane, whose OIDC provider IRSA uses, is not read yet"
+        )
+    return Wait(
+        "AWSManagedControlPlane status.oidcProvider.arn",
+        "CAPA has not written the EKS cluster's OIDC provider (spec.associateOIDCProvider) yet",
+        reason="EKS OIDC provider",
+    )
 
 
 def _no_region(facts: ClusterFacts) -> Wait:

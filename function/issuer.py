@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from function import accept, registry
+from function.graph import external_issuer
 from function.spec import InvalidInputError, IRSAMode
 
 STS_AUDIENCE = "sts.amazonaws.com"
@@ -163,12 +164,16 @@ def compute(
         )
         raise IssuerError(msg)
     if mode is IRSAMode.EXTERNAL:
+        found = external_issuer(spec, facts)
+        if found is None:
+            msg = (
+                "spec.irsa.mode is External without issuerURL and oidcProviderARN: they are "
+                "read from the AWSManagedControlPlane's status.oidcProvider.arn, which is not "
+                "known yet (pass the AWSManagedControlPlane with --required once CAPA wrote it)"
+            )
+            raise IssuerError(msg)
         return Issuer(
-            mode,
-            accepted.issuer_url(""),
-            namespace,
-            spec.cluster_name,
-            oidc_provider_arn=spec.irsa.oidc_provider_arn,
+            mode, found[0], namespace, spec.cluster_name, oidc_provider_arn=found[1]
         )
     names = accepted.names
     try:

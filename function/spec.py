@@ -855,14 +855,12 @@ class IRSASpec(_Strict):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "!has(self.mode) || self.mode != 'External' || "
-                    "(has(self.issuerURL) && self.issuerURL != '')",
-                    "message": "issuerURL is required when mode is External",
-                },
-                {
-                    "rule": "!has(self.mode) || self.mode != 'External' || "
+                    "rule": "(has(self.issuerURL) && self.issuerURL != '') == "
                     "(has(self.oidcProviderARN) && self.oidcProviderARN != '')",
-                    "message": "oidcProviderARN is required when mode is External",
+                    "message": (
+                        "issuerURL and oidcProviderARN are given together (or, on EKS, both "
+                        "left out: read from the AWSManagedControlPlane)"
+                    ),
                 },
                 {
                     "rule": "(has(self.mode) && self.mode == 'External') || "
@@ -899,8 +897,10 @@ class IRSASpec(_Strict):
         description=(
             "Where the OIDC issuer comes from. SelfHosted: the function publishes the discovery "
             "document and JWKS (from the Cluster's <cluster>-sa Secret) in an S3 bucket and "
-            "creates the IAM OIDC provider. External: an existing issuer (e.g. EKS), given by "
-            "issuerURL and oidcProviderARN. Disabled: no IRSA; add-ons use node credentials."
+            "creates the IAM OIDC provider. External: an existing issuer, given by issuerURL "
+            "and oidcProviderARN, or on EKS (AWSManagedControlPlane with "
+            "associateOIDCProvider: true) left out and read from the control plane's "
+            "status.oidcProvider. Disabled: no IRSA; add-ons use node credentials."
         ),
     )
     bucket_name: str = Field(
@@ -926,15 +926,16 @@ class IRSASpec(_Strict):
         default="",
         alias="issuerURL",
         description=(
-            "External only (and required there): the service-account issuer URL, e.g. "
-            "https://oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE."
+            "External only, with oidcProviderARN: the service-account issuer URL, e.g. "
+            "https://oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE. On EKS leave both out: "
+            "CAPA's status.oidcProvider.arn names them (a given value must agree with it)."
         ),
     )
     oidc_provider_arn: str = Field(
         default="",
         alias="oidcProviderARN",
         description=(
-            "External only (and required there): the ARN of the IAM OIDC provider for "
+            "External only, with issuerURL: the ARN of the IAM OIDC provider for "
             "issuerURL, e.g. arn:aws:iam::123456789012:oidc-provider/"
             "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE."
         ),
@@ -971,12 +972,13 @@ class IRSASpec(_Strict):
     def _mode_fields(self) -> IRSASpec:
         # "<field>: <message>" names the exact field (see _problem).
         external = self.mode is IRSAMode.EXTERNAL
-        for name, value in (
-            ("issuerURL", self.issuer_url),
-            ("oidcProviderARN", self.oidc_provider_arn),
-        ):
-            if external and not value:
-                msg = f"{name}: is required when mode is External"
+        given = (("issuerURL", self.issuer_url), ("oidcProviderARN", self.oidc_provider_arn))
+        for (name, value), (other, other_value) in zip(given, reversed(given), strict=True):
+            if external and other_value and not value:
+                msg = (
+                    f"{name}: is required with {other} (or leave both out on EKS: they are "
+                    "read from the AWSManagedControlPlane's status.oidcProvider)"
+                )
                 raise ValueError(msg)
             if not external and value:
                 msg = f"{name}: is only allowed when mode is External (mode is {self.mode.value})"

@@ -230,6 +230,20 @@ SCENARIOS += [
     Scenario("external-eks-dns", "external-eks", mutate_xr=_set("dns", _DNS)),
 ]
 
+# EKS (examples/external-eks): the External issuer given in the XR, agreeing with the one the
+# AWSManagedControlPlane reports (the example leaves it out and reads it from there).
+EKS_ISSUER = "https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
+EKS_PROVIDER = f"arn:aws:iam::111122223333:oidc-provider/{EKS_ISSUER.removeprefix('https://')}"
+SCENARIOS += [
+    Scenario(
+        "external-eks-given",
+        "external-eks",
+        mutate_xr=_set(
+            "irsa", {"mode": "External", "issuerURL": EKS_ISSUER, "oidcProviderARN": EKS_PROVIDER}
+        ),
+    ),
+]
+
 # The issuer behind CloudFront (examples/cloudfront-shared, a namespaced XR; examples/
 # cloudfront-managed, a legacy XR): both flavours of each, Crossplane 1.x, with and without the
 # Route 53 record, a path and a price class, a Shared bucket in another region. The distribution

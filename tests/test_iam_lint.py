@@ -450,9 +450,9 @@ def test_an_owned_service_account_key_is_refused() -> None:
 
 
 def test_external_mode_trusts_the_named_provider_for_fixed_accounts_only() -> None:
-    """External: any provider ARN the XR names is trusted (the function cannot know which are
-    the author's), but only for the add-ons' fixed service accounts, and only if it is the
-    provider of the issuer named beside it."""
+    """External: the provider ARN the XR names (or, left out, the EKS control plane's) is
+    trusted, but only for the add-ons' fixed service accounts, only if it is the provider of
+    the issuer named beside it, and on EKS only if it is the cluster's own."""
     world = by_name("external-eks").world(staged=False)
     other = "oidc.eks.eu-west-1.amazonaws.com/id/0THERC1USTER0000000000000000000"
     world.xr["spec"]["irsa"] = {
@@ -460,6 +460,13 @@ def test_external_mode_trusts_the_named_provider_for_fixed_accounts_only() -> No
         "issuerURL": f"https://{other}",
         "oidcProviderARN": f"arn:aws:iam::999999999999:oidc-provider/{other}",
     }
+    # Another cluster's provider than the control plane reports is refused...
+    rec = world.reconcile()
+    assert rec.fatal is not None and rec.fatal.startswith("spec.irsa.oidcProviderARN: "), rec.fatal
+    assert "reports arn:aws:iam::111122223333:oidc-provider/" in rec.fatal
+    # ...and trusted once it is the one the control plane reports.
+    cp = next(o for o in world.required if o["kind"] == "AWSManagedControlPlane")
+    cp["status"]["oidcProvider"]["arn"] = world.xr["spec"]["irsa"]["oidcProviderARN"]
     world.run(12)
     assert world.xr_ready
     docs = [d for d in policies(world, "external-eks") if d.kind == "trust"]

@@ -147,22 +147,43 @@ def test_china_region_uses_the_china_dns_suffix(tmp_path: Path) -> None:
     assert doc["issuerURL"].endswith(".s3.cn-north-1.amazonaws.com.cn")
 
 
-def test_external_prints_the_given_issuer() -> None:
-    xr_path = EXAMPLES / "external-eks" / "xr.yaml"
-    xr = yaml.safe_load(xr_path.read_text())
-    r = invoke(str(xr_path))
-    assert r.exit_code == 0
-    assert xr["spec"]["irsa"]["issuerURL"] in r.stdout
+EKS_PROVIDER = (
+    "arn:aws:iam::111122223333:oidc-provider/"
+    "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
+)
+EKS_ISSUER = "https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
+
+
+def test_external_prints_the_eks_control_planes_issuer() -> None:
+    """Left out of the XR, the External issuer is the AWSManagedControlPlane's, as rendered."""
+    ex = EXAMPLES / "external-eks"
+    required = ("--required", str(ex / "required"))
+    r = invoke(str(ex / "xr.yaml"), *required)
+    assert r.exit_code == 0, r.output
+    assert EKS_ISSUER in r.stdout
     assert "nothing to change" in r.stdout
-    doc = issuer_json(str(xr_path))
+    doc = issuer_json(str(ex / "xr.yaml"), *required)
     assert doc == {
         "mode": "External",
-        "issuerURL": xr["spec"]["irsa"]["issuerURL"],
+        "issuerURL": EKS_ISSUER,
         "namespace": "payments",
         "clusterName": "prod",
-        "oidcProviderARN": xr["spec"]["irsa"]["oidcProviderARN"],
+        "oidcProviderARN": EKS_PROVIDER,
     }
     assert doc["issuerURL"] == rendered_issuer("external-eks")
+    # Without the control plane it is not known: said, not guessed.
+    r = invoke(str(ex / "xr.yaml"))
+    assert r.exit_code != 0
+    assert "status.oidcProvider.arn, which is not known yet" in r.output
+
+
+def test_external_prints_the_given_issuer(tmp_path: Path) -> None:
+    def given(x: dict[str, Any]) -> None:
+        x["spec"]["irsa"] = {"mode": "External", "issuerURL": EKS_ISSUER, "oidcProviderARN": EKS_PROVIDER}
+
+    doc = issuer_json(str(write_xr(tmp_path, "external-eks", given)))
+    assert doc["issuerURL"] == EKS_ISSUER
+    assert doc["oidcProviderARN"] == EKS_PROVIDER
 
 
 def test_disabled_errors(tmp_path: Path) -> None:

@@ -43,6 +43,15 @@ class Case:
     # The step input is bad by itself (``aws provider-policy`` reads only that).
     input_alone: bool = False
     also: tuple[str, ...] = ()  # further problems said in the same message
+    # A change of the example's cluster objects (required/), e.g. of its control plane.
+    change_required: Callable[[list[dict[str, Any]]], None] | None = None
+
+    def required(self) -> list[dict[str, Any]]:
+        objs = files.load_documents([EXAMPLES / self.example / "required"])
+        if self.change_required is not None:
+            objs = copy.deepcopy(objs)
+            self.change_required(objs)
+        return objs
 
     def xr(self) -> dict[str, Any]:
         xr = files.load_one(EXAMPLES / self.example / "xr.yaml", "XR")
@@ -70,6 +79,12 @@ def _set(value: Any, *path: str) -> Change:
         obj[path[-1]] = value
 
     return change
+
+
+def _no_oidc_provider(objs: list[dict[str, Any]]) -> None:
+    cp = next(o for o in objs if o["kind"] == "AWSManagedControlPlane")
+    cp["spec"].pop("associateOIDCProvider")
+    cp["status"].pop("oidcProvider")
 
 
 DNS = {"hostedZoneIDs": ["Z0123456789ABC"]}
@@ -253,7 +268,7 @@ CASES = [
     ),
     Case(
         "external-needs-issuer",
-        "spec.irsa.issuerURL: is required when mode is External",
+        "spec.irsa.issuerURL: is required with oidcProviderARN (or leave both out on EKS",
         {"irsa": {"mode": "External", "oidcProviderARN": EXTERNAL["oidcProviderARN"]}},
     ),
     Case(
@@ -612,6 +627,29 @@ CASES = [
         change=_issuer_in_use("https://oidc.example.com"),
     ),
     Case(
+        "external-issuer-not-eks",
+        "spec.irsa: mode External without issuerURL and oidcProviderARN reads them from an EKS "
+        "control plane (AWSManagedControlPlane), but the control plane is a KubeadmControlPlane",
+        {"irsa": {"mode": "External"}},
+    ),
+    Case(
+        "external-issuer-not-associated",
+        "spec.irsa: mode External without issuerURL and oidcProviderARN reads them from the EKS "
+        "control plane, but AWSManagedControlPlane payments/prod-control-plane does not "
+        "associate an OIDC provider",
+        example="external-eks",
+        change_required=_no_oidc_provider,
+    ),
+    Case(
+        "external-issuer-disagrees",
+        f"spec.irsa.oidcProviderARN: {EXTERNAL['oidcProviderARN']} is not the cluster's OIDC "
+        "provider: AWSManagedControlPlane payments/prod-control-plane reports "
+        "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/"
+        "EXAMPLED539D4633E53DE1B71EXAMPLE",
+        {"irsa": EXTERNAL},
+        example="external-eks",
+    ),
+    Case(
         "ccm-on-eks",
         "spec.cloudProvider.aws: the control plane of payments/prod is EKS (AWSManagedControlPlane)",
         {"cloudProvider": {"aws": {}}},
@@ -622,11 +660,7 @@ CASES = [
 
 def _fatal(case: Case) -> str:
     """The function's own FATAL message for the case."""
-    out = render.render(
-        case.xr(),
-        required=files.load_documents([EXAMPLES / case.example / "required"]),
-        step_input=case.step_input,
-    )
+    out = render.render(case.xr(), required=case.required(), step_input=case.step_input)
     assert out.fatal is not None, f"{case.id}: the function accepted it"
     return out.fatal
 
@@ -635,7 +669,12 @@ def _write(tmp_path: Path, case: Case) -> list[str]:
     """The arguments every command takes: XR.yaml --required DIR [--input FILE]."""
     xr = tmp_path / "xr.yaml"
     xr.write_text(yaml.safe_dump(case.xr()))
-    args = [str(xr), "--required", str(EXAMPLES / case.example / "required")]
+    required = EXAMPLES / case.example / "required"
+    if case.change_required is not None:
+        required = tmp_path / "required"
+        required.mkdir()
+        (required / "objects.yaml").write_text(yaml.safe_dump_all(case.required()))
+    args = [str(xr), "--required", str(required)]
     if case.step_input is not None:
         step = tmp_path / "input.yaml"
         step.write_text(

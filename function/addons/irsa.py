@@ -24,6 +24,7 @@ from function.graph import (
     Usage,
     Wait,
     after,
+    external_issuer,
 )
 from function.policies import STS_AUDIENCE
 from function.spec import CertManagerMode, IRSAMode
@@ -93,9 +94,9 @@ def plugin(ctx: Ctx) -> Plugin | None:
 
 
 def provider_arn(ctx: Ctx) -> str:
-    """The IAM OIDC provider's ARN (SelfHosted: observed; External: given)."""
+    """The IAM OIDC provider's ARN (SelfHosted: observed; External: given, or CAPA's on EKS)."""
     if ctx.irsa is IRSAMode.EXTERNAL:
-        return ctx.spec.irsa.oidc_provider_arn
+        return ctx.external_issuer()[1]
     arn = ctx.observed.arn(OIDC_PROVIDER)
     if not arn:
         raise MissingFactError(Wait(f"{OIDC_PROVIDER} ARN", "the OIDC provider has no ARN yet"))
@@ -106,9 +107,14 @@ _PROVIDER_READY = after(OIDC_PROVIDER)
 
 
 def oidc_ready(ctx: Ctx) -> Wait | None:
-    """Gate: the IAM OIDC provider exists (SelfHosted) or was given (External)."""
+    """Gate: the OIDC provider exists (SelfHosted), or is given or CAPA reports it (External)."""
     if ctx.irsa is IRSAMode.SELF_HOSTED:
         return _PROVIDER_READY(ctx)
+    if ctx.irsa is IRSAMode.EXTERNAL:
+        try:
+            ctx.external_issuer()
+        except MissingFactError as missing:
+            return missing.wait
     return None
 
 
@@ -135,8 +141,9 @@ def status(ctx: Ctx) -> Mapping[str, Any]:
     """status.issuerURL and status.oidcProviderARN, once known."""
     out: dict[str, Any] = {}
     if ctx.irsa is IRSAMode.EXTERNAL:
-        out["issuerURL"] = ctx.issuer_url()
-        out["oidcProviderARN"] = ctx.spec.irsa.oidc_provider_arn
+        found = external_issuer(ctx.spec, ctx.facts)
+        if found is not None:
+            out["issuerURL"], out["oidcProviderARN"] = found
     elif ctx.hosts_issuer:
         region = ctx.spec.region or ctx.facts.region
         # A CloudFront issuer does not depend on the region.

@@ -36,6 +36,7 @@ from function.aws.issuer_checks import (
 from function.aws.network_checks import check_external_resource_gc, check_security_groups
 from function.aws.role_checks import RoleExpectation, addon_roles, check_role, expected_policy_arn
 from function.aws.target import Target
+from function.graph import external_issuer
 from function.names import partition_of
 from function.policies import DISCOVERY_KEY, JWKS_KEY
 from function.spec import DistributionMode, IRSAMode
@@ -200,8 +201,18 @@ def run(
         if live is not None:
             report.checks.append(cf.check_live(live, target.issuer_url))
         provider_arn = provider_arn_for(target.partition, account, target.issuer_host_path)
+    elif (external := external_issuer(spec, target.facts)) is None:
+        report.checks.append(
+            Check(
+                "oidc-provider",
+                Status.FAIL,
+                "spec.irsa leaves issuerURL and oidcProviderARN to the AWSManagedControlPlane, "
+                "whose status.oidcProvider.arn is not known",
+                "pass the AWSManagedControlPlane with --required once CAPA created the provider",
+            )
+        )
     else:
-        provider_arn = spec.irsa.oidc_provider_arn
+        provider_arn = external[1]
         report.checks.append(
             check_external_oidc_provider(
                 clients.iam, provider_arn, target.issuer_host_path, account

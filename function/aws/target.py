@@ -63,8 +63,8 @@ class Target:
 
     @property
     def issuer_url(self) -> str:
-        """The issuer URL (SelfHosted: derived; External: given)."""
-        return self.accepted.issuer_url(self.region)
+        """The issuer URL (SelfHosted: derived; External: given, or the EKS control plane's)."""
+        return self.accepted.issuer_url(self.region, self.facts)
 
     @property
     def issuer_host_path(self) -> str:
