@@ -64,7 +64,9 @@ def test_crossplane_v1_finds_an_eks_control_plane_only_when_told_its_kind(tmp_pa
     # Crossplane 1.x selects by label only, so the step input names the control-plane kind.
     code, doc = run("external-eks", "--crossplane-v1", "--steps", "12")
     assert code == 1
-    assert doc["steps"][-1]["waiting"]["vpc-cni"] == "Cluster"
+    # The issuer is the EKS control plane's (status.oidcProvider.arn), which is never found.
+    assert doc["steps"][-1]["waiting"]["vpc-cni"] == "control plane"
+    assert "CloudProviderReady=Unknown (ControlPlaneNotRead)" in doc["problems"][-1]
     inp = tmp_path / "input.yaml"
     inp.write_text(
         "apiVersion: fn.clusterplugin.dev/v1alpha1\nkind: Input\n"
