@@ -1,5 +1,8 @@
 """Every example, as its files stand, passes ``aws preflight`` against the AWS emulator (moto).
 
+external-eks has no AWSCluster (EKS manages its security group): its account holds the IAM OIDC
+provider CAPA associates (``spec.associateOIDCProvider``), in moto's account.
+
 The account is the one the example's user has: a VPC with the security groups CAPA made for the
 example's AWSCluster, holding exactly the ingress rules CAPA authorizes for its spec
 (tests/capa.py, a model of CAPA's securitygroups.go), and what a platform team sets up beforehand
@@ -29,8 +32,10 @@ from click.testing import CliRunner
 
 from function.aws.checks import Clients
 from function.aws.cli import aws
+from function.aws.role_checks import addon_roles
 from function.aws.target import Target, build_target
 from function.files import load_documents
+from function.policies import STS_AUDIENCE
 from tests import aws_helpers as h
 from tests import capa
 from tests.test_aws_preflight_cloudfront import certificate, platform_setup
@@ -260,3 +265,44 @@ def test_the_ports_capa_opens_by_default_fail_the_preflight(
     assert set(failed) == {"security-groups/vpc-cni-all", "security-groups/lbc-webhook"}
     assert "spec.network.cni.cniIngressRules" in failed["security-groups/vpc-cni-all"]["fix"]
     assert "spec.network.additionalNodeIngressRules" in failed["security-groups/lbc-webhook"]["fix"]
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_aws_preflight_passes_the_eks_example_before_and_after(
+    server: h.MotoServer, tmp_path: Path
+) -> None:
+    server.reset()
+    example = "external-eks"
+    xr = _xr(example)
+    docs = load_documents([EXAMPLES / example / "required"])
+    control_plane = next(d for d in docs if d["kind"] == "AWSManagedControlPlane")
+    provider = control_plane["status"]["oidcProvider"]
+    # What CAPA made for spec.associateOIDCProvider, in moto's account.
+    provider["arn"] = provider["arn"].replace(":111122223333:", f":{h.ACCOUNT}:")
+    clients = h.make_clients(server.endpoint, region=xr["spec"]["region"])
+    made = clients.iam.create_open_id_connect_provider(
+        Url="https://" + provider["arn"].split(":oidc-provider/", 1)[1],
+        ClientIDList=[STS_AUDIENCE],
+    )
+    assert made["OpenIDConnectProviderArn"] == provider["arn"]
+    xr_file = tmp_path / "xr.yaml"
+    xr_file.write_text(yaml.safe_dump(xr))
+    target = build_target(xr, required=docs)
+    account = Account(clients, target, xr_file, h.write_required(tmp_path / "required", docs), b"")
+    code, before = _preflight(server, example, account)
+    assert before["phase"] == "before"
+    assert (code, _not_passed(before)) == (0, {})
+    # The function composes the add-on roles alone (h.compose makes a SelfHosted issuer too).
+    for addon in addon_roles(target.spec):
+        h._compose_role(
+            clients=clients,
+            target=target,
+            addon=addon,
+            provider=provider["arn"],
+            account=h.ACCOUNT,
+            trust_overrides={},
+            extra_attachments={},
+        )
+    code, after = _preflight(server, example, account, "--phase", "after")
+    assert (code, _not_passed(after)) == (0, {})
+    assert {c["name"] for c in after["checks"]} >= {"oidc-provider", "role/vpc-cni", "role/lbc"}
