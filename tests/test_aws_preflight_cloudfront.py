@@ -9,6 +9,7 @@ Managed: the certificate, the hosted zone, a domain some other distribution hold
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import http.server
 import json
@@ -296,6 +297,76 @@ def test_cli_text_of_a_misconfigured_shared_bucket(server: h.MotoServer, tmp_pat
     assert "FAIL  shared/bucket-policy" in r.output
     assert f"bucket {BUCKET}  issuer {ISSUER}" in r.output
     (tmp_path / "preflight.txt").write_text(r.output)
+
+
+def test_cli_reports_a_shared_bucket_that_does_not_exist_yet(server: h.MotoServer, tmp_path: Path) -> None:
+    """What a platform team meets first: AWS answers NoSuchBucket to every bucket call, and
+    each becomes a FAIL naming the bucket and how to create it, never an abort."""
+    w = _world(server, SHARED)
+    r = _cli(w, tmp_path, SHARED)
+    assert r.exit_code == 1, r.output
+    assert "an AWS call failed" not in r.output
+    report = checks(w.run())
+    assert report["shared/bucket"].status is Status.FAIL
+    assert report["shared/bucket"].message == f"the Shared distribution's bucket {BUCKET} does not exist"
+    assert report["shared/bucket"].fix.startswith(f"create it: aws s3api create-bucket --bucket {BUCKET} --region us-east-1,")
+    assert report["shared/bucket-policy"].message == f"bucket {BUCKET} does not exist"
+    assert report["shared/bucket-policy"].fix.startswith("create the bucket (see shared/bucket), then: put this bucket policy")
+    assert f"FAIL  shared/bucket                   the Shared distribution's bucket {BUCKET} does not exist" in r.output
+    assert f"FAIL  shared/bucket-policy            bucket {BUCKET} does not exist" in r.output
+
+
+class _Vanishing:
+    """An S3 client whose bucket is deleted between HeadBucket and the next call, as when
+    someone deletes it while preflight runs: AWS's own answer, from moto, to a call on it."""
+
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self.s3, self.bucket = s3, bucket
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.s3, name)
+        if name == "head_bucket":
+            return call
+
+        def after_deletion(**kw: Any) -> Any:
+            self.s3.delete_bucket(Bucket=self.bucket)
+            return call(**kw)
+
+        return after_deletion
+
+
+def test_a_bucket_deleted_while_the_shared_checks_run_is_a_finding(server: h.MotoServer) -> None:
+    w = _world(server, SHARED)
+    w.clients.s3.create_bucket(Bucket=BUCKET)
+    clients = dataclasses.replace(w.clients, s3=_Vanishing(w.clients.s3, BUCKET))
+    found = checks(pf.run(w.target, clients, Phase.AUTO))
+    assert found["shared/bucket"].status is Status.PASS
+    assert found["shared/bucket-ownership"].status is Status.FAIL
+    assert found["shared/bucket-ownership"].message == f"bucket {BUCKET} does not exist"
+    assert "deletion/external-resource-gc" in found  # the report went on to its end
+
+
+def test_a_not_found_no_check_expects_ends_the_report_with_a_fail(server: h.MotoServer) -> None:
+    """The issuer bucket vanishes between HeadBucket and GetBucketTagging: the checks so far
+    and a FAIL naming the bucket, instead of an abort without any report."""
+    server.reset()
+    clients = h.make_clients(server.endpoint)
+    target = h.target_of("selfhosted-full", h.make_network(clients.ec2).groups)
+    bucket = target.names.bucket
+    clients.s3.create_bucket(Bucket=bucket)
+    report = pf.run(target, dataclasses.replace(clients, s3=_Vanishing(clients.s3, bucket)))
+    assert [c.name for c in report.checks] == [
+        "credentials",
+        "account/s3-block-public-access",
+        "aws/not-found",
+    ]
+    last = report.checks[-1]
+    assert last.status is Status.FAIL
+    assert last.message == (
+        "GetBucketTagging answered NoSuchBucket: The specified bucket does not exist "
+        f"(BucketName {bucket}); the checks after it were not run"
+    )
+    assert report.failed
 
 
 def _cli(w: World, tmp_path: Path, example: str, *args: str) -> Any:

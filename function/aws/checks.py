@@ -90,6 +90,22 @@ def absent(err: ClientError, *codes: str) -> bool:
     return code(err) in {"404", "NotFound", *codes} or http_status(err) == 404
 
 
+def not_found(err: ClientError) -> Check:
+    """A FAIL for an AWS "not found" answer no check expected, naming what AWS did not find."""
+    error = err.response.get("Error", {})
+    named = [f"{k} {v}" for k, v in error.items() if k not in {"Code", "Message"} and v]
+    what = f" ({', '.join(named)})" if named else ""
+    msg = (
+        f"{err.operation_name} answered {code(err)}: {error.get('Message', '')}{what}; the "
+        "checks after it were not run"
+    )
+    fix = (
+        "create what it names, or correct its name in the XR or the step input; if something "
+        "was deleted while preflight ran, run it again"
+    )
+    return Check("aws/not-found", Status.FAIL, msg, fix)
+
+
 def missing(*, strict: bool) -> Status:
     """Something the function should have created is absent: fail only in phase ``after``."""
     return Status.FAIL if strict else Status.WARN

@@ -44,7 +44,17 @@ def check_account_public_access_block_behind_cloudfront() -> Check:
 # --- Shared: the platform team's bucket -----------------------------------------------
 
 
-def _head_region(s3: Any, bucket: str) -> tuple[str | None, Check | None]:
+def create_bucket_command(bucket: str, region: str) -> str:
+    """The command that creates ``bucket`` in ``region`` (us-east-1 takes no location)."""
+    where = (
+        ""
+        if region == "us-east-1"
+        else (f" --create-bucket-configuration LocationConstraint={region}")
+    )
+    return f"aws s3api create-bucket --bucket {bucket} --region {region}{where}"
+
+
+def _head_region(s3: Any, bucket: str, region: str) -> tuple[str | None, Check | None]:
     """(the bucket's region, or a failed check)."""
     name = "shared/bucket"
     try:
@@ -52,7 +62,11 @@ def _head_region(s3: Any, bucket: str) -> tuple[str | None, Check | None]:
     except ClientError as err:
         if absent(err, "NoSuchBucket"):
             msg = f"the Shared distribution's bucket {bucket} does not exist"
-            return None, Check(name, Status.FAIL, msg, f"create it, or fix bucketName ({SETUP})")
+            fix = (
+                f"create it: {create_bucket_command(bucket, region)}, then its ownership, "
+                f"public access block and policy (below; {SETUP}); or correct bucketName"
+            )
+            return None, Check(name, Status.FAIL, msg, fix)
         if denied(err):
             msg = (
                 f"bucket {bucket} exists but these credentials may not use it (HeadBucket: 403): "
@@ -67,7 +81,7 @@ def _head_region(s3: Any, bucket: str) -> tuple[str | None, Check | None]:
 
 def check_shared_bucket(s3: Any, bucket: str, region: str) -> list[Check]:
     """The platform team's bucket: exists in ``region``, ACLs off, all four BPA flags."""
-    actual, failed = _head_region(s3, bucket)
+    actual, failed = _head_region(s3, bucket, region)
     if failed is not None:
         return [failed]
     checks = []
@@ -90,6 +104,8 @@ def _ownership(s3: Any, bucket: str) -> Check:
     try:
         rules = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"]
     except ClientError as err:
+        if absent(err, "NoSuchBucket"):
+            return _no_bucket(name, bucket, fix)
         if code(err) != "OwnershipControlsNotFoundError":
             raise
         rules = []
@@ -99,6 +115,12 @@ def _ownership(s3: Any, bucket: str) -> Check:
         msg = f"bucket {bucket} has object ownership {got}, not BucketOwnerEnforced (ACLs on)"
         return Check(name, Status.FAIL, msg, fix)
     return Check(name, Status.PASS, f"bucket {bucket}: BucketOwnerEnforced (ACLs off)")
+
+
+def _no_bucket(name: str, bucket: str, fix: str) -> Check:
+    """``name``'s finding when the bucket it is about does not exist."""
+    msg = f"bucket {bucket} does not exist"
+    return Check(name, Status.FAIL, msg, f"create the bucket (see shared/bucket), then: {fix}")
 
 
 def private_access_block(s3: Any, bucket: str, prefix: str = "bucket") -> Check:
@@ -111,6 +133,8 @@ def private_access_block(s3: Any, bucket: str, prefix: str = "bucket") -> Check:
     try:
         conf = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
     except ClientError as err:
+        if code(err) == "NoSuchBucket":
+            return _no_bucket(name, bucket, fix)
         if code(err) != "NoSuchPublicAccessBlockConfiguration":
             raise
         conf = {}
@@ -281,6 +305,8 @@ def check_shared_bucket_policy(
     try:
         policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
     except ClientError as err:
+        if code(err) == "NoSuchBucket":
+            return _no_bucket(name, bucket, fix)
         if code(err) != "NoSuchBucketPolicy":
             raise
         msg = f"bucket {bucket} has no policy: CloudFront is refused"
@@ -358,8 +384,15 @@ def check_hosted_zone(route53: Any, zone_id: str, domain: str) -> Check:
     try:
         zone = route53.get_hosted_zone(Id=zone_id)["HostedZone"]
     except ClientError as err:
-        if code(err) == "NoSuchHostedZone":
-            return Check(name, Status.FAIL, f"hosted zone {zone_id} does not exist", "fix it")
+        if code(err) == "NoSuchHostedZone" or absent(err):
+            msg = f"hosted zone {zone_id} (cloudFront.hostedZoneId) does not exist"
+            fix = (
+                f"give the id of the public zone that holds {domain} (aws route53 "
+                "list-hosted-zones), or create it (aws route53 create-hosted-zone --name <zone> "
+                "--caller-reference <any unique string>), or leave hostedZoneId out and point "
+                f"{domain} at the distribution yourself"
+            )
+            return Check(name, Status.FAIL, msg, fix)
         if denied(err):
             msg = "cannot read the hosted zone (route53:GetHostedZone denied)"
             return Check(name, Status.WARN, msg, "run preflight with route53:GetHostedZone")

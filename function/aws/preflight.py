@@ -18,8 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from function.aws import cloudfront_checks as cf
-from function.aws.checks import Check, Clients, Phase, Status, check_credentials
+from function.aws.checks import (
+    Check,
+    Clients,
+    Phase,
+    Status,
+    absent,
+    check_credentials,
+    not_found,
+)
 from function.aws.dns_checks import check_hosted_zones
 from function.aws.issuer_checks import (
     BucketState,
@@ -180,8 +190,22 @@ def run(
     """Every check that applies to ``target``, in the order the function creates things.
 
     ``live`` fetches the SelfHosted issuer's discovery URL as STS would (``--live``).
+    Each check turns AWS's "not found" answers it expects into a finding with its fix;
+    one it does not expect (something deleted while preflight ran) ends the report
+    with a FAIL naming it, never without the report.
     """
     report = Report(target, Phase.AFTER if phase is Phase.AFTER else Phase.BEFORE)
+    try:
+        return _run(report, clients, phase, live)
+    except ClientError as err:
+        if not absent(err):
+            raise
+        report.checks.append(not_found(err))
+        return report
+
+
+def _run(report: Report, clients: Clients, phase: Phase, live: cf.Fetch | None) -> Report:
+    target = report.target
     cred, account = check_credentials(clients.sts)
     report.checks.append(cred)
     if account is None:
