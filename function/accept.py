@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from function import cluster, registry, structs
 from function.cluster import ClusterFacts
-from function.flavour import Flavour
+from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
 from function.spec import (
@@ -77,6 +78,16 @@ class Accepted:
         """The cluster's facts in ``req`` (with ``asked``: only in what this call asks for)."""
         return cluster.read_facts(
             req, cluster_name=self.spec.cluster_name, namespace=self.namespace, asked=asked
+        )
+
+    def request_from(self, objs: Iterable[Mapping[str, Any]]) -> fnv1.RunFunctionRequest:
+        """The request Crossplane would send once it resolved, among ``objs``, what is asked."""
+        return cluster.request_from_objects(
+            objs,
+            cluster_name=self.spec.cluster_name,
+            namespace=self.namespace,
+            want_sa_secret=self.hosts_issuer,
+            step=self.step,
         )
 
     def context(self, facts: ClusterFacts, observed: Observed) -> Ctx:
@@ -248,11 +259,70 @@ def _namespace(
     )
 
 
+# What a ClusterPlugin is: the apiVersion and kinds of flavour.XR_TYPES (its XRDs).
+_XR_API_VERSIONS: Any = Literal[tuple(sorted({t.api_version for t in XR_TYPES}))]
+_XR_KINDS: Any = Literal[tuple(t.kind for t in XR_TYPES)]
+_XRType = create_model(
+    "XRType",
+    __config__=ConfigDict(extra="ignore"),
+    apiVersion=(_XR_API_VERSIONS, ...),
+    kind=(_XR_KINDS, ...),
+)
+
+
+def xr_type_problems(api_version: Any, kind: Any) -> list[tuple[str, str]]:
+    """(field, message) for an XR whose apiVersion or kind is not a ClusterPlugin's."""
+    try:
+        _XRType.model_validate({"apiVersion": api_version, "kind": kind})
+    except ValidationError as err:
+        return [
+            (
+                str(e["loc"][0]),
+                (
+                    f"not a ClusterPlugin: {e['msg']}, got "
+                    f"{'none' if e['input'] is None else repr(e['input'])}"
+                ),
+            )
+            for e in err.errors(include_url=False)
+        ]
+    return []
+
+
+class _KubernetesObject(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    api_version: str = Field(alias="apiVersion", min_length=1)
+    kind: str = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def kubernetes_object_problem(doc: Any) -> str | None:
+    """Why ``doc`` (one document of a file) is not a Kubernetes object, or None."""
+    if not isinstance(doc, Mapping):
+        return f"not a Kubernetes object (got a {type(doc).__name__}, not a mapping)"
+    try:
+        _KubernetesObject.model_validate(doc)
+    except ValidationError as err:
+        found = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: "
+            f"{'is required' if e['type'] == 'missing' else e['msg']}"
+            for e in err.errors(include_url=False)
+        )
+        return f"not a Kubernetes object ({found})"
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _accept(
-    spec_key: bytes, input_bytes: bytes, xr_namespace: str | None, claim_namespace: str | None
+    spec_key: bytes,
+    input_bytes: bytes,
+    xr_namespace: str | None,
+    claim_namespace: str | None,
+    xr_type: tuple[str | None, str | None],  # (apiVersion, kind)
 ) -> Accepted:
-    problems: list[tuple[str, str]] = []
+    # Anything but a ClusterPlugin: its spec's problems would only mislead.
+    problems = xr_type_problems(*xr_type)
+    if problems:
+        raise InvalidInputError.of(problems)
     spec = step = None
     try:
         spec = _parse_spec(spec_key)
@@ -311,6 +381,7 @@ def accept(xr: struct_pb2.Struct, step_input: struct_pb2.Struct) -> Accepted:
         _shared_input(step_input.SerializeToString(deterministic=True)),
         structs.str_at(xr, "metadata", "namespace"),
         structs.str_at(xr, "metadata", "labels", CLAIM_NAMESPACE_LABEL),
+        (structs.str_at(xr, "apiVersion"), structs.str_at(xr, "kind")),
     )
 
 
@@ -519,13 +590,7 @@ def accept_with_objects(
         recorded = RecordedIssuer(
             str(status.get("issuerURL") or ""), str(status.get("oidcProviderARN") or "")
         )
-    req = cluster.request_from_objects(
-        objs,
-        cluster_name=accepted.spec.cluster_name,
-        namespace=accepted.namespace,
-        want_sa_secret=accepted.hosts_issuer,
-        step=accepted.step,
-    )
+    req = accepted.request_from(objs)
     facts = accepted.read_facts(req)
     refuse(accepted, facts, recorded)
     return accepted, facts
@@ -562,3 +627,55 @@ def region(accepted: Accepted, facts: ClusterFacts, flag: str | None = None) -> 
         "or pass the AWSCluster with --required"
     )
     raise RegionError(msg)
+
+
+# --- the cluster objects a command is given ----------------------------------------
+
+
+def _object_name(obj: Mapping[str, Any]) -> str:
+    found = obj.get("metadata")
+    meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    where = f"{meta['namespace']}/" if isinstance(meta.get("namespace"), str) else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+def given_object_problem(
+    accepted: Accepted, objs: Sequence[Mapping[str, Any]]
+) -> tuple[int, str] | None:
+    """(index, why) of the first object the function would not read as the XR's cluster's.
+
+    Crossplane hands the function only what it asks for; a command is handed files.
+    Refused: an object of another cluster (the XR's would not be found, and the
+    function would compose for a cluster that does not exist), and an object of this
+    cluster in an apiVersion other than the one the function asks for (an API server
+    would convert it; a file is read as it is, so it would be missing).
+    """
+    ours = (accepted.namespace, accepted.spec.cluster_name)
+    for i, obj in enumerate(objs):
+        found = cluster.cluster_of(obj)
+        if found is None:
+            continue
+        namespace, name = found
+        if (namespace or accepted.namespace, name) != ours:
+            return i, (
+                f"{_object_name(obj)} belongs to cluster {namespace or accepted.namespace}/"
+                f"{name}, not to the XR's {ours[0]}/{ours[1]} (spec.clusterName): give only the "
+                f"objects of {ours[0]}/{ours[1]}, or correct spec.clusterName"
+            )
+    req = accepted.request_from(objs)
+    asked = accepted.requirements(req)
+    for i, obj in enumerate(objs):
+        if cluster.cluster_of(obj) is None:
+            continue
+        wanted = cluster.version_asked(obj, asked)
+        if wanted is not None:
+            kind = str(obj.get("kind"))
+            field = cluster.VERSION_FIELDS.get(kind)
+            instead = f", or set input.clusterAPI.{field}: {obj.get('apiVersion')}" if field else ""
+            return i, (
+                f"{_object_name(obj)} is {obj.get('apiVersion')}, but the function asks for "
+                f"{wanted}, which an API server would convert it to and a file cannot be: "
+                f"give it as {wanted} (kubectl get -o yaml from a cluster that serves it)"
+                f"{instead}"
+            )
+    return None

@@ -708,3 +708,62 @@ def request_from_objects(
         asked = now
         fill(req, asked, served)
     return req
+
+
+# --- the objects a user gives the local tools ------------------------------------------
+
+CAPI_GROUP = "cluster.x-k8s.io"
+# Where the step input names each kind's apiVersion (input.clusterAPI.<field>).
+VERSION_FIELDS = {
+    "Cluster": "cluster",
+    "KubeadmControlPlane": "kubeadmControlPlane",
+    "AWSManagedControlPlane": "awsManagedControlPlane",
+    "AWSCluster": "awsCluster",
+    "AWSManagedCluster": "awsManagedCluster",
+}
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _is_cluster(api_version: Any, kind: Any) -> bool:
+    return kind == "Cluster" and str(api_version or "").split("/", maxsplit=1)[0] == CAPI_GROUP
+
+
+def cluster_of(obj: Mapping[str, Any]) -> tuple[str | None, str] | None:
+    """(namespace, name) of the CAPI cluster ``obj`` is part of, as CAPI marks it, or None.
+
+    The Cluster itself; else the ``cluster.x-k8s.io/cluster-name`` label CAPI puts on a
+    cluster's objects and Secrets; else an ownerReference to a Cluster.
+    """
+    meta = _mapping(obj.get("metadata"))
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    if _is_cluster(obj.get("apiVersion"), obj.get("kind")) and isinstance(meta.get("name"), str):
+        return namespace, meta["name"]
+    label = _mapping(meta.get("labels")).get(CLUSTER_NAME_LABEL)
+    if isinstance(label, str) and label:
+        return namespace, label
+    for item in meta.get("ownerReferences") or ():
+        ref = _mapping(item)
+        if _is_cluster(ref.get("apiVersion"), ref.get("kind")) and isinstance(ref.get("name"), str):
+            return namespace, ref["name"]
+    return None
+
+
+def version_asked(obj: Mapping[str, Any], asked: Requirements) -> str | None:
+    """The apiVersion the function asks for ``obj``'s kind in, when not ``obj``'s own; else None.
+
+    An API server answers in the version asked for, converting the object; a file is
+    read as it is, so an object in another version of the same group is not read at all.
+    """
+    api_version, kind = str(obj.get("apiVersion") or ""), obj.get("kind")
+    group = api_version.split("/", maxsplit=1)[0]
+    wanted = {
+        sel.api_version
+        for sel in (*asked.resources.values(), *asked.extra_resources.values())
+        if sel.kind == kind and sel.api_version.split("/", maxsplit=1)[0] == group
+    }
+    if not wanted or api_version in wanted:
+        return None
+    return sorted(wanted)[0]

@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
+from function import accept
 from function.flavour import composite_mismatch
-from function.spec import INPUT_API_VERSION, INPUT_KIND
+from function.spec import INPUT_API_VERSION, INPUT_KIND, InvalidInputError
 
 DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -33,38 +34,102 @@ def _files(path: Path) -> list[Path]:
     raise InputFileError(msg)
 
 
+def _text(f: Path) -> str:
+    try:
+        raw = f.read_bytes()
+    except OSError as err:
+        msg = f"{f}: cannot be read: {err.strerror or err}"
+        raise InputFileError(msg) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        msg = (
+            f"{f}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}): give a "
+            "YAML or JSON file of Kubernetes objects"
+        )
+        raise InputFileError(msg) from None
+
+
+def _yaml_error(f: Path, err: yaml.YAMLError) -> InputFileError:
+    """One line: what is wrong and where (PyYAML's own text spans several)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return InputFileError(f"{f}: not valid YAML or JSON: {problem}{where}")
+
+
+def _load(paths: Iterable[str | Path], *, objects: bool) -> tuple[list[dict[str, Any]], list[Path]]:
+    """(every document at ``paths``, the file each came from).
+
+    ``objects``: each must be a Kubernetes object (``accept.kubernetes_object_problem``);
+    otherwise only a mapping (the XR and the step input are judged by ``accept``).
+    """
+    out: list[dict[str, Any]] = []
+    sources: list[Path] = []
+    for p in paths:
+        for f in _files(Path(p)):
+            try:
+                docs = list(yaml.safe_load_all(_text(f)))
+            except yaml.YAMLError as err:
+                raise _yaml_error(f, err) from None
+            for n, doc in enumerate(docs, start=1):
+                if doc is None:
+                    continue
+                where = f"{f} (document {n})" if len(docs) > 1 else str(f)
+                items: list[Any] = [doc]
+                if isinstance(doc, dict) and doc.get("kind") == "List":
+                    listed = doc.get("items")
+                    items = listed if isinstance(listed, list) else []
+                for i, item in enumerate(items):
+                    problem = (
+                        accept.kubernetes_object_problem(item)
+                        if objects or not isinstance(item, dict)
+                        else None
+                    )
+                    if problem:
+                        which = f" items[{i}]" if item is not doc else ""
+                        msg = f"{where}{which}: {problem}"
+                        raise InputFileError(msg)
+                out += items
+                sources += [f] * len(items)
+    return out, sources
+
+
 def load_documents(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     """Every object in the YAML streams at ``paths`` (files, or directories of *.yaml/*.yml/*.json).
 
     Empty documents are skipped and ``kind: List`` objects are expanded, so
-    ``kubectl get -o yaml`` output can be used as is.
+    ``kubectl get -o yaml`` output can be used as is. A file that is not UTF-8, not
+    YAML or JSON, or holds anything but Kubernetes objects is an InputFileError.
     """
-    out: list[dict[str, Any]] = []
-    for p in paths:
-        for f in _files(Path(p)):
-            try:
-                docs = list(yaml.safe_load_all(f.read_text()))
-            except yaml.YAMLError as err:
-                msg = f"{f}: not valid YAML: {err}"
-                raise InputFileError(msg) from None
-            for doc in docs:
-                if doc is None:
-                    continue
-                if not isinstance(doc, dict):
-                    msg = (
-                        f"{f}: every document must be a Kubernetes object, got {type(doc).__name__}"
-                    )
-                    raise InputFileError(msg)
-                if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-                    out.extend(i for i in doc["items"] if isinstance(i, dict))
-                else:
-                    out.append(doc)
-    return out
+    return _load(paths, objects=True)[0]
+
+
+def load_required(
+    paths: Iterable[str | Path], xr: Mapping[str, Any], step_input: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The cluster objects at ``paths`` (``--required``), judged against the XR (``accept``).
+
+    An object of another cluster, or of this cluster in an apiVersion the function
+    does not ask for, is an InputFileError naming its file. An XR the function refuses
+    is left for the command to report as the function does.
+    """
+    docs, sources = _load(paths, objects=True)
+    try:
+        accepted = accept.accept_objects(xr, step_input)
+    except InvalidInputError:
+        return docs
+    problem = accept.given_object_problem(accepted, docs)
+    if problem is not None:
+        index, why = problem
+        msg = f"{sources[index]}: {why}"
+        raise InputFileError(msg)
+    return docs
 
 
 def load_one(path: str | Path, what: str) -> dict[str, Any]:
-    """The single object in ``path``."""
-    docs = load_documents([path])
+    """The single object in ``path`` (a mapping: what it must hold, ``accept`` judges)."""
+    docs = _load([path], objects=False)[0]
     if len(docs) != 1:
         msg = f"{path}: expected exactly one {what}, found {len(docs)} objects"
         raise InputFileError(msg)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import click
 from crossplane.function import cli as sdkcli
 
+from function import options
 from function.__version__ import __version__
 from function.template_values import template_values_cmd
 
@@ -198,39 +199,18 @@ def serve(*, debug: bool, **kwargs: Any) -> None:
     _check_credentials(kwargs["insecure"], kwargs["tls_certs_dir"])
     # Kept out of `--help` and the other commands: they need none of it.
     from function import fn  # noqa: PLC0415
-    from function.server import ServeOptions, serve  # noqa: PLC0415
+    from function.server import ListenError, ServeOptions, serve  # noqa: PLC0415
 
-    serve(ServeOptions(**kwargs), fn.FunctionRunner, debug=debug)
+    try:
+        serve(ServeOptions(**kwargs), fn.FunctionRunner, debug=debug)
+    except ListenError as err:
+        if err.usage:
+            raise ServeUsageError(str(err)) from None
+        raise click.ClickException(str(err)) from None
 
 
 # --- local tools: render, simulate, issuer ------------------------------------
 
-_PATH = click.Path(exists=True, dir_okay=True, path_type=str)
-_FILE = click.Path(exists=True, dir_okay=False, path_type=str)
-
-_xr_argument = click.argument("xr_file", metavar="XR.yaml", type=_FILE)
-_required_option = click.option(
-    "--required",
-    "-e",
-    "required",
-    multiple=True,
-    type=_PATH,
-    help="Required resources (the Cluster API objects): a YAML file or a directory of them. "
-    "Repeatable.",
-)
-_input_option = click.option(
-    "--input",
-    "input_file",
-    type=_FILE,
-    help="The step input (fn.clusterplugin.dev/v1alpha1 Input). Default: all defaults.",
-)
-_composition_option = click.option(
-    "--composition",
-    type=_FILE,
-    help="Take the step input (and step name) from the pipeline step of this Composition whose "
-    "functionRef.name is function-cluster-plugin-function-cluster-plugin (or "
-    "function-cluster-plugin). --input wins over it.",
-)
 _v1_option = click.option(
     "--crossplane-v1",
     is_flag=True,
@@ -249,18 +229,18 @@ def _step_input(
 
 
 @cli.command("render")
-@_xr_argument
+@options.xr_argument
 @click.option(
     "--observed",
     "observed",
     multiple=True,
-    type=_PATH,
+    type=options.PATH,
     help="Observed composed resources, each with the crossplane.io/composition-resource-name "
     "annotation: a YAML file or a directory of them. Repeatable.",
 )
-@_required_option
-@_input_option
-@_composition_option
+@options.required_option
+@options.input_option
+@options.composition_option
 @click.option(
     "--output",
     "-o",
@@ -295,14 +275,14 @@ def render_cmd(
         step, step_input = _step_input(input_file, composition, xr)
         out = render.render(
             xr,
-            required=files.load_documents(required),
+            required=files.load_required(required, xr, step_input),
             observed=files.load_documents(observed),
             step_input=step_input,
             step=step,
             crossplane_v1=crossplane_v1,
         )
     except files.InputFileError as err:
-        raise click.UsageError(str(err)) from None
+        raise options.InputError(str(err)) from None
     if out.fatal is not None:
         click.echo(f"pipeline step {step!r} returned a fatal result: {out.fatal}", err=True)
         sys.exit(1)
@@ -316,10 +296,10 @@ def render_cmd(
 
 
 @cli.command("simulate")
-@_xr_argument
-@_required_option
-@_input_option
-@_composition_option
+@options.xr_argument
+@options.required_option
+@options.input_option
+@options.composition_option
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
@@ -433,12 +413,13 @@ def simulate_cmd(
     and exits 1 if anything was deleted while the cluster existed or while a Usage of it
     was still there, a Release was uninstalled, or anything was left once it was gone.
     """
-    from function import files, simulate  # noqa: PLC0415
+    from function import accept, files, simulate  # noqa: PLC0415
+    from function.spec import InvalidInputError  # noqa: PLC0415
 
     try:
         xr = files.load_one(xr_file, "composite resource")
         _, step_input = _step_input(input_file, composition, xr)
-        objs = files.load_documents(required)
+        objs = files.load_required(required, xr, step_input)
         settings = simulate.Settings(
             steps=steps,
             initialized_at=initialized_at,
@@ -452,7 +433,15 @@ def simulate_cmd(
             cluster_gone_after=cluster_gone_after,
         )
     except (files.InputFileError, simulate.SimulateError) as err:
-        raise click.UsageError(str(err)) from None
+        raise options.InputError(str(err)) from None
+    try:
+        # What the function refuses at the first reconcile, said in one line before any is
+        # played (the JSON document says it as the first reconcile's FATAL).
+        if output != "json":
+            accept.accept_with_objects(xr, step_input, objs)
+    except InvalidInputError as err:
+        click.echo(f"the function returned a fatal result: {err}", err=True)
+        sys.exit(1)
     sim = simulate.Simulator(xr, objs, step_input=step_input, settings=settings)
     if output == "json":
         import json  # noqa: PLC0415
@@ -476,14 +465,11 @@ def _has_rich() -> bool:
 
 
 @cli.command("issuer")
-@_xr_argument
-@_input_option
-@_composition_option
-@_required_option
-@click.option(
-    "--region",
-    help="The AWS region, when neither spec.region nor an AWSCluster (--required) says it.",
-)
+@options.xr_argument
+@options.input_option
+@options.composition_option
+@options.required_option
+@options.region_option
 @click.option(
     "--output",
     "-o",
@@ -508,13 +494,14 @@ def issuer_cmd(
     prints the given issuer; for Disabled it exits 2.
     """
     from function import files, issuer  # noqa: PLC0415
+    from function.accept import accept_input  # noqa: PLC0415
 
     try:
         xr = files.load_one(xr_file, "composite resource")
         _, step_input = _step_input(input_file, composition, xr)
-        objs = files.load_documents(required)
+        objs = files.load_required(required, xr, step_input)
     except files.InputFileError as err:
-        raise click.UsageError(str(err)) from None
+        raise options.InputError(str(err)) from None
     try:
         result = issuer.compute(xr, step_input=step_input, required=objs, region=region)
     except issuer.IssuerError as err:
@@ -522,6 +509,15 @@ def issuer_cmd(
         sys.exit(2)
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
+    if not input_file and not composition:
+        # The prefix starts the bucket's name, so the issuer URL baked in at first boot.
+        prefix = accept_input(step_input).name_prefix
+        click.echo(
+            f"note: no --composition or --input, so the default name prefix {prefix!r} "
+            "(input.namePrefix): if the Composition that will compose this XR sets one, pass "
+            "it with --composition",
+            err=True,
+        )
     if output == "json":
         import json  # noqa: PLC0415
 

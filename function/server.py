@@ -121,6 +121,54 @@ def split_address(address: str, default_host: str = "0.0.0.0") -> tuple[str, int
     return host.strip("[]") or default_host, int(port)
 
 
+class ListenError(Exception):
+    """An address ``serve`` cannot listen on, said in one line.
+
+    ``usage``: the address is not one at all (a usage error), rather than taken.
+    """
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+# Addresses grpc takes that are no host:port, left to grpc to judge.
+_SOCKET_SCHEMES = ("unix:", "unix-abstract:", "vsock:")
+
+
+def check_listen(option: str, address: str) -> None:
+    """ListenError unless ``address`` (given as ``option``) can be listened on now.
+
+    grpc logs a line of its own and says only "Failed to bind": a plain socket bound
+    to the address (and let go at once) says why, before grpc tries.
+    """
+    if address.startswith(_SOCKET_SCHEMES):
+        return
+    try:
+        host, port = split_address(address)
+    except ValueError:
+        msg = f"{option} {address!r} is not host:port (e.g. 0.0.0.0:9443, :9443 or [::]:9443)"
+        raise ListenError(msg, usage=True) from None
+    import socket  # noqa: PLC0415  # asyncio has loaded it already
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, port))
+    except OSError as err:
+        msg = f"{option} {address}: cannot listen there: {err.strerror or err}"
+        raise ListenError(msg) from None
+
+
+def _add_port(server: Any, option: str, address: str, creds: Any = None) -> int:
+    try:
+        if creds is not None:
+            return int(server.add_secure_port(address, creds))
+        return int(server.add_insecure_port(address))
+    except RuntimeError:
+        msg = f"{option} {address}: cannot listen there (grpc could not bind it)"
+        raise ListenError(msg) from None
+
+
 class Gate:
     """Which calls the function runs: all of them, until a drain sets a quota."""
 
@@ -250,11 +298,11 @@ async def start(
     """Start the function server (and the probe and metrics listeners); health SERVING."""
     creds = None if opts.insecure else runtime.load_credentials(opts.tls_certs_dir)  # type: ignore[arg-type]
     if creds is None and not opts.insecure:
-        msg = (
-            "no credentials were provided - did you provide credentials or use "
-            "the insecure flag?"
-        )
+        msg = "no credentials were provided - did you provide credentials or use the insecure flag?"
         raise ValueError(msg)
+    for option, address in (("--address", opts.address), ("--health-address", opts.health_address)):
+        if address:
+            check_listen(option, address)
     before = _channelz_ids()
     server = grpc.aio.server(options=grpc_options(opts))
     (server_id,) = _channelz_ids() - before
@@ -266,10 +314,7 @@ async def start(
     await health_servicer.set(health.OVERALL_HEALTH, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*runtime.SERVICE_NAMES, health.SERVICE_NAME), server)
-    if creds is not None:
-        port = server.add_secure_port(opts.address, creds)
-    else:
-        port = server.add_insecure_port(opts.address)
+    port = _add_port(server, "--address", opts.address, creds)
 
     probe = None
     if opts.health_address:
@@ -278,10 +323,11 @@ async def start(
         # serves nothing but the health service.
         probe = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe)
-        probe.add_insecure_port(opts.health_address)
+        _add_port(probe, "--health-address", opts.health_address)
 
     metrics_stop = None
     if metrics is not None and opts.metrics_address:
+        check_listen("--metrics-address", opts.metrics_address)
         host, metrics_port = split_address(opts.metrics_address)
         metrics_stop = metrics.serve_http(host, metrics_port)
 

@@ -27,17 +27,14 @@ from typing import Any
 
 import click
 
+from function import options
+from function.options import InputError
+
 # The template this command computes for, and the variables it fills (docs/capa-template.md).
 TEMPLATE = "templates/cluster-template-clusterplugin.yaml"
 ISSUER_VARIABLE = "CLUSTER_PLUGIN_ISSUER_URL"
 COMPOSITION_VARIABLE = "CLUSTER_PLUGIN_COMPOSITION"
 REGION_VARIABLE = "AWS_REGION"
-
-
-class InputError(click.ClickException):
-    """A step input or Composition file it cannot use: one line on stderr, exit code 2."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -194,15 +191,10 @@ def compute(
     envvar=REGION_VARIABLE,
     help="The cluster's AWS region (the template's AWS_REGION).",
 )
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=str),
-    help="The step input (fn.clusterplugin.dev/v1alpha1 Input) whose namePrefix to use.",
-)
+@options.input_option
 @click.option(
     "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    type=options.FILE,
     help="The Composition the ClusterPlugin will use: its step input's namePrefix, and its "
     f"name for {COMPOSITION_VARIABLE}. --input wins over it for the prefix.",
 )

@@ -574,6 +574,7 @@ def test_cli_rejects_unusable_input(aws_env: World, tmp_path: Path) -> None:
 
 def test_namespace_and_region_sources() -> None:
     xr = {
+        "apiVersion": "clusterplugin.dev/v1alpha1",
         "kind": "XClusterPlugin",
         "metadata": {"name": "x", "labels": {"crossplane.io/claim-namespace": "team-c"}},
         "spec": {"clusterName": "demo"},

@@ -68,7 +68,9 @@ def test_example_control_plane_already_carries_the_issuer() -> None:
 def test_region_from_the_awscluster_of_a_legacy_claim() -> None:
     name = "calico-legacy-claim"
     xr = str(EXAMPLES / name / "xr.yaml")
-    doc = issuer_json(xr, "--required", str(EXAMPLES / name / "required"))
+    # Its CAPI objects are v1beta1, which its own Composition asks for.
+    own = ["--composition", str(EXAMPLES / name / "composition.yaml")]
+    doc = issuer_json(xr, "--required", str(EXAMPLES / name / "required"), *own)
     assert doc["issuerURL"] == rendered_issuer(name)
     assert doc["regionFrom"] == "AWSCluster spec.region"
     assert doc["namespace"] == "platform"  # from the claim-namespace label
@@ -286,3 +288,32 @@ def test_cloudfront_issuer_needs_no_region(tmp_path: Path) -> None:
     r = invoke(str(xr), "--region", "us-gov-west-1")
     assert r.exit_code == 2
     assert "spec.irsa.hosting: us-gov-west-1 is in aws-us-gov: CloudFront is not" in r.stderr
+
+
+@pytest.mark.parametrize("output", ["text", "json", "yaml"])
+def test_says_which_name_prefix_it_assumed_without_a_composition(
+    tmp_path: Path, output: str
+) -> None:
+    """The prefix starts the bucket's name, so the issuer URL baked in at first boot: without
+    --composition or --input it says on stderr that it took the default; stdout stays the
+    report (JSON and YAML parse)."""
+    xr = str(EXAMPLES / "selfhosted-full" / "xr.yaml")
+    note = (
+        "note: no --composition or --input, so the default name prefix '' (input.namePrefix): "
+        "if the Composition that will compose this XR sets one, pass it with --composition\n"
+    )
+    r = invoke(xr, "-o", output)
+    assert r.exit_code == 0
+    assert r.stderr == note
+    if output != "text":
+        assert yaml.safe_load(r.stdout)["issuerURL"].startswith("https://irsa-team-a-demo-")
+    comp = tmp_path / "composition.yaml"
+    shipped = yaml.safe_load((ROOT / "apis" / "v2" / "composition.yaml").read_text())
+    for step in shipped["spec"]["pipeline"]:
+        if step.get("input", {}).get("kind") == "Input":
+            step["input"]["namePrefix"] = "acme-"
+    comp.write_text(yaml.safe_dump(shipped))
+    r = invoke(xr, "--composition", str(comp), "-o", output)
+    assert r.exit_code == 0
+    assert r.stderr == ""
+    assert "https://acme-irsa-team-a-demo-" in r.stdout

@@ -8,11 +8,21 @@ preflight`` (and, when the step input alone is bad, ``aws provider-policy``):
 each must exit non-zero and print exactly the function's message. The expected
 field and words are written here by hand, so a message that changes or a
 refusal that disappears fails the test.
+
+Cases ``by_commands`` are the commands' own: files that cannot be read as
+Kubernetes objects, and cluster objects the function would not read as the XR's
+cluster's (another cluster's, another apiVersion's). Every command refuses them
+with exit code 2, in one line naming the file. Every refusal is one line, without
+a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +31,11 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import files, render
+from function import files, fn, render
 from function.main import cli
+from function.world import World
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -45,6 +57,12 @@ class Case:
     also: tuple[str, ...] = ()  # further problems said in the same message
     # A change of the example's cluster objects (required/), e.g. of its control plane.
     change_required: Callable[[list[dict[str, Any]]], None] | None = None
+    # The commands refuse it, not the function: ``expected`` is their message after
+    # "Error: ", with {tmp} (the test's directory) and {examples} filled in.
+    by_commands: bool = False
+    # A change of the arguments every command is given (a file put in place of one).
+    args: Callable[[Path, list[str]], list[str]] | None = None
+    only: tuple[str, ...] = ()  # the commands the case applies to (default: all)
 
     def required(self) -> list[dict[str, Any]]:
         objs = files.load_documents([EXAMPLES / self.example / "required"])
@@ -86,6 +104,49 @@ def _no_oidc_provider(objs: list[dict[str, Any]]) -> None:
     cp["spec"].pop("associateOIDCProvider")
     cp["status"].pop("oidcProvider")
 
+
+def _replace(xr: dict[str, Any]) -> None:
+    xr.clear()
+    xr["just"] = "json"
+
+
+NOT_UTF8 = b"apiVersion: v1\nkind: \xff\xfe\n"
+
+
+def _file(
+    option: str, content: bytes, name: str = "bad.yaml"
+) -> Callable[[Path, list[str]], list[str]]:
+    """A file of ``content`` given as the XR (option "XR.yaml") or with ``option``."""
+
+    def args(tmp: Path, argv: list[str]) -> list[str]:
+        bad = tmp / name
+        bad.write_bytes(content)
+        if option == "XR.yaml":
+            return [str(bad), *argv[1:]]
+        return [*argv, option, str(bad)]
+
+    return args
+
+
+def _required_as(api_version: str) -> Callable[[Path, list[str]], list[str]]:
+    """The example's cluster objects with its Cluster in ``api_version``."""
+
+    def args(tmp: Path, argv: list[str]) -> list[str]:
+        objs = files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
+        for obj in objs:
+            if obj["kind"] == "Cluster":
+                obj["apiVersion"] = api_version
+        (tmp / "objects.yaml").write_text(yaml.safe_dump_all(objs))
+        return [argv[0], "--required", str(tmp / "objects.yaml"), *argv[3:]]
+
+    return args
+
+
+# The example's Cluster API objects in the v1beta1 contract: its own Composition asks for that.
+LEGACY_CLUSTER_API = {
+    "cluster": "cluster.x-k8s.io/v1beta1",
+    "kubeadmControlPlane": "controlplane.cluster.x-k8s.io/v1beta1",
+}
 
 DNS = {"hostedZoneIDs": ["Z0123456789ABC"]}
 EXTERNAL = {
@@ -598,7 +659,7 @@ CASES = [
     Case(
         "protect-cluster-legacy",
         "input.protectCluster: is only for namespaced ClusterPlugins",
-        step_input={"protectCluster": True},
+        step_input={"protectCluster": True, "clusterAPI": LEGACY_CLUSTER_API},
         example="calico-legacy-claim",
     ),
     Case(
@@ -658,6 +719,99 @@ CASES = [
 ]
 
 
+CASES += [
+    # --- what a ClusterPlugin is (function/accept.py, from function/flavour.py's XR types) ---
+    Case(
+        "kind-misspelled",
+        "kind: not a ClusterPlugin: Input should be 'ClusterPlugin' or 'XClusterPlugin', got "
+        "'ClusterPlugins'",
+        change=_set("ClusterPlugins", "kind"),
+    ),
+    Case(
+        "api-version",
+        "apiVersion: not a ClusterPlugin: Input should be 'clusterplugin.dev/v1alpha1', got "
+        "'clusterplugin.dev/v1'",
+        change=_set("clusterplugin.dev/v1", "apiVersion"),
+    ),
+    Case(
+        "not-a-clusterplugin",
+        "apiVersion: not a ClusterPlugin: Input should be 'clusterplugin.dev/v1alpha1', got none",
+        change=_replace,
+        also=(
+            "kind: not a ClusterPlugin: Input should be 'ClusterPlugin' or 'XClusterPlugin', got none",
+        ),
+    ),
+    # --- files the commands cannot read as Kubernetes objects (function/files.py) ---
+    *(
+        Case(
+            f"not-utf8-{slug}",
+            f"{{tmp}}/{slug}.yaml: not UTF-8 text (byte 0xff at offset 21): give a YAML or JSON "
+            "file of Kubernetes objects",
+            by_commands=True,
+            args=_file(option, NOT_UTF8, f"{slug}.yaml"),
+            input_alone=option in {"--input", "--composition"},
+            only=("render",) if option == "--observed" else (),
+        )
+        for option in ("XR.yaml", "--required", "--input", "--composition", "--observed")
+        for slug in [option.strip("-").lower().removesuffix(".yaml")]
+    ),
+    Case(
+        "not-yaml",
+        "{tmp}/bad.yaml: not valid YAML or JSON: expected ',' or ']', but got '<stream end>' at "
+        "line 1, column 6",
+        by_commands=True,
+        args=_file("XR.yaml", b"a: [b"),
+    ),
+    Case(
+        "xr-not-an-object",
+        "{tmp}/bad.yaml: not a Kubernetes object (got a list, not a mapping)",
+        by_commands=True,
+        args=_file("XR.yaml", b"- a\n- b\n"),
+    ),
+    Case(
+        "required-not-an-object",
+        "{tmp}/bad.json: not a Kubernetes object (apiVersion: is required; kind: is required)",
+        by_commands=True,
+        args=_file("--required", b'{"just": "json"}', "bad.json"),
+    ),
+    Case(
+        "required-in-a-list",
+        "{tmp}/bad.yaml items[1]: not a Kubernetes object (kind: is required)",
+        by_commands=True,
+        args=_file(
+            "--required",
+            b"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: A}\n- {apiVersion: v1}\n",
+        ),
+    ),
+    # --- cluster objects the function would not read as the XR's cluster's (function/accept.py) ---
+    Case(
+        "required-of-another-cluster",
+        "{examples}/selfhosted-full/required/awscluster.yaml: AWSCluster team-a/demo belongs to "
+        "cluster team-a/demo, not to the XR's team-a/prod (spec.clusterName): give only the objects "
+        "of team-a/prod, or correct spec.clusterName",
+        {"clusterName": "prod"},
+        by_commands=True,
+    ),
+    Case(
+        "required-in-another-namespace",
+        "{examples}/selfhosted-full/required/awscluster.yaml: AWSCluster team-a/demo belongs to "
+        "cluster team-a/demo, not to the XR's team-b/demo",
+        change=_set("team-b", "metadata", "namespace"),
+        by_commands=True,
+    ),
+    Case(
+        "cluster-version-not-asked-for",
+        "{tmp}/objects.yaml: Cluster team-a/demo is cluster.x-k8s.io/v1beta1, but the function "
+        "asks for cluster.x-k8s.io/v1beta2, which an API server would convert it to and a file "
+        "cannot be: give it as cluster.x-k8s.io/v1beta2 (kubectl get -o yaml from a cluster that "
+        "serves it), or set input.clusterAPI.cluster: cluster.x-k8s.io/v1beta1",
+        by_commands=True,
+        args=_required_as("cluster.x-k8s.io/v1beta1"),
+    ),
+]
+FUNCTION_CASES = [c for c in CASES if not c.by_commands]
+
+
 def _fatal(case: Case) -> str:
     """The function's own FATAL message for the case."""
     out = render.render(case.xr(), required=case.required(), step_input=case.step_input)
@@ -683,6 +837,8 @@ def _write(tmp_path: Path, case: Case) -> list[str]:
             )
         )
         args += ["--input", str(step)]
+    if case.args is not None:
+        args = case.args(tmp_path, args)
     return args
 
 
@@ -696,11 +852,25 @@ def test_the_cases_are_distinct() -> None:
     assert len({c.expected for c in alone}) == len(alone)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", FUNCTION_CASES, ids=[c.id for c in FUNCTION_CASES])
 def test_the_function_refuses_naming_the_field(case: Case) -> None:
     message = _fatal(case)
     for expected in (case.expected, *case.also):
         assert message.startswith(expected) or f"; {expected}" in message, message
+
+
+def _grpc(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    return asyncio.run(fn.FunctionRunner().RunFunction(req))
+
+
+@pytest.mark.parametrize("case", FUNCTION_CASES, ids=[c.id for c in FUNCTION_CASES])
+def test_the_grpc_service_gives_the_same_one_fatal(case: Case) -> None:
+    """Through the service ``serve`` registers: exactly one result, FATAL, the same words."""
+    world = World(
+        case.xr(), case.required(), step_input=case.step_input, capabilities=True, runner=_grpc
+    )
+    rsp, _ = world.call()
+    assert [(r.severity, r.message) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, _fatal(case))]
 
 
 COMMANDS = {
@@ -711,25 +881,42 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+EVERY_COMMAND = [
+    pytest.param(case, command, id=f"{case.id}-{command}")
+    for case in CASES
+    for command in sorted(COMMANDS)
+    if not case.only or command in case.only
+]
+
+
+@pytest.mark.parametrize(("case", "command"), EVERY_COMMAND)
 def test_every_command_refuses_with_the_same_message(
     tmp_path: Path, case: Case, command: str
 ) -> None:
-    message = _fatal(case)
     argv, exit_code = COMMANDS[command]
     r = _run(*argv, *_write(tmp_path, case))
-    assert r.exit_code == exit_code, r.output
-    assert message in r.output
+    if case.by_commands:
+        message = case.expected.format(tmp=tmp_path, examples=EXAMPLES)
+        assert r.exit_code == 2, r.output
+        assert r.output.startswith(f"Error: {message}"), r.output
+    else:
+        message = _fatal(case)
+        assert r.exit_code == exit_code, r.output
+        assert message in r.output
+    assert len(r.output.splitlines()) == 1, r.output
+    assert "Traceback" not in r.output
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.input_alone], ids=lambda c: c.id)
 def test_provider_policy_refuses_the_same_step_input(tmp_path: Path, case: Case) -> None:
-    message = _fatal(case)
     args = _write(tmp_path, case)
-    r = _run("aws", "provider-policy", *args[args.index("--input") :])
+    given = [i for i, a in enumerate(args) if a in {"--input", "--composition"}]
+    r = _run("aws", "provider-policy", *args[given[0] :])
     assert r.exit_code == 2, r.output
-    assert message in r.output
+    if case.by_commands:
+        assert r.output == f"Error: {case.expected.format(tmp=tmp_path)}\n"
+    else:
+        assert _fatal(case) in r.output
 
 
 def test_provider_policy_judges_the_name_prefix_flag_as_the_input() -> None:
@@ -737,3 +924,46 @@ def test_provider_policy_judges_the_name_prefix_flag_as_the_input() -> None:
     assert r.exit_code == 2
     assert "input.namePrefix: 'Acme' may hold only lower-case letters" in r.output
     assert _run("aws", "provider-policy", "--name-prefix", "acme-").exit_code == 0
+
+
+# --- serve: an address it cannot listen on --------------------------------------------------
+
+
+@pytest.fixture
+def taken_port() -> Any:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+IN_USE = "Error: {option} 127.0.0.1:{port}: cannot listen there: Address already in use\n"
+NOT_HOST_PORT = "Error: {option} 'nonsense' is not host:port (e.g. 0.0.0.0:9443, :9443 or [::]:9443)\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "address", "exit_code", "expected"),
+    [
+        ("--address", "127.0.0.1:{port}", 1, IN_USE),
+        ("--health-address", "127.0.0.1:{port}", 1, IN_USE),
+        ("--metrics-address", "127.0.0.1:{port}", 1, IN_USE),
+        ("--address", "nonsense", 2, NOT_HOST_PORT),
+        ("--metrics-address", "nonsense", 2, NOT_HOST_PORT),
+    ],
+    ids=["address-in-use", "health-in-use", "metrics-in-use", "address-nonsense", "metrics-nonsense"],
+)
+def test_serve_refuses_an_address_in_one_line(
+    taken_port: int, option: str, address: str, exit_code: int, expected: str
+) -> None:
+    """The real process: grpc would log a line of its own and raise RuntimeError."""
+    others = ["--address", "127.0.0.1:0"] if option != "--address" else []
+    argv = ["serve", "--insecure", *others, option, address.format(port=taken_port)]
+    r = subprocess.run(
+        [sys.executable, "-m", "function.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    message = expected.format(option=option, port=taken_port)
+    assert (r.returncode, r.stdout, r.stderr) == (exit_code, "", message)

@@ -478,12 +478,22 @@ def test_ready_condition_names_unready_resources_like_crossplane() -> None:
 
 
 def test_load_documents_reads_directories_streams_and_lists(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text("---\nkind: A\n---\n---\nkind: B\n")
-    (tmp_path / "b.yml").write_text("kind: List\nitems:\n- kind: C\n- kind: D\n")
+    (tmp_path / "a.yaml").write_text(
+        "---\napiVersion: v1\nkind: A\n---\n---\n{apiVersion: v1, kind: B}\n"
+    )
+    (tmp_path / "b.yml").write_text(
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: C}\n- {apiVersion: v1, kind: D}\n"
+    )
     (tmp_path / "ignored.txt").write_text("kind: E\n")
     assert [d["kind"] for d in files.load_documents([tmp_path])] == ["A", "B", "C", "D"]
     with pytest.raises(files.InputFileError):
         files.load_documents([tmp_path / "missing.yaml"])
+    (tmp_path / "c.yaml").write_text("apiVersion: v1\nkind: List\nitems:\n- {kind: E}\n")
+    with pytest.raises(
+        files.InputFileError,
+        match=r"c.yaml items\[0\]: not a Kubernetes object \(apiVersion: is required\)",
+    ):
+        files.load_documents([tmp_path])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -509,17 +519,37 @@ def test_the_cluster_api_objects_are_handed_over_only_in_the_version_asked_for(
 ) -> None:
     """The legacy example's Cluster and KubeadmControlPlane are v1beta1: a function asking for
     v1beta2 (the shipped Composition) gets neither, as from an API server that serves only
-    v1beta1 and from `crossplane render`; the example's own Composition asks for v1beta1."""
+    v1beta1; the example's own Composition asks for v1beta1. The command, given files (which
+    no API server converts), refuses them and names the version asked for."""
     ex = EXAMPLES / "calico-legacy-claim"
-    v1 = ["--crossplane-v1"] if crossplane_v1 else []
-    base = ["render", str(ex / "xr.yaml"), "--required", str(ex / "required"), *v1]
-    shipped = _docs(invoke(*base, "--composition", str(ROOT / "apis/v1/composition.yaml")).stdout)
-    own = _docs(invoke(*base, "--composition", str(ex / "composition.yaml")).stdout)
+    xr = files.load_one(ex / "xr.yaml", "XR")
+    objs = files.load_documents([ex / "required"])
+
+    def rendered(composition: Path) -> list[dict[str, Any]]:
+        _, step_input = files.step_input(None, composition, xr)
+        out = render.render(xr, required=objs, step_input=step_input, crossplane_v1=crossplane_v1)
+        return out.documents
+
+    shipped = rendered(ROOT / "apis/v1/composition.yaml")
+    own = rendered(ex / "composition.yaml")
     # 2.x follows the Cluster's refs (no Cluster, no refs); 1.x lists the control plane by
     # label at the asked version (none) and never reads the Cluster: both wait for it.
     assert "Cluster" in _waits(shipped)
     assert not _waits(own) & {"Cluster", "KubeadmControlPlane", "AWSCluster"}
     assert len(own) > len(shipped)
+
+    v1 = ["--crossplane-v1"] if crossplane_v1 else []
+    base = ["render", str(ex / "xr.yaml"), "--required", str(ex / "required"), *v1]
+    assert _docs(invoke(*base, "--composition", str(ex / "composition.yaml")).stdout) == own
+    r = invoke(*base, "--composition", str(ROOT / "apis/v1/composition.yaml"))
+    assert r.exit_code == 2
+    assert r.output == (
+        f"Error: {ex / 'required' / 'cluster.yaml'}: Cluster platform/edge is "
+        "cluster.x-k8s.io/v1beta1, but the function asks for cluster.x-k8s.io/v1beta2, which an "
+        "API server would convert it to and a file cannot be: give it as cluster.x-k8s.io/v1beta2 "
+        "(kubectl get -o yaml from a cluster that serves it), or set input.clusterAPI.cluster: "
+        "cluster.x-k8s.io/v1beta1\n"
+    )
 
 
 def test_fill_matches_the_exact_api_version() -> None:

@@ -9,53 +9,23 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from function.flavour import XR_TYPES
+from function import options
 from function.names import PARTITIONS
 
 if TYPE_CHECKING:
     from function.aws.preflight import Report
 
-XR_KINDS = tuple(t.kind for t in XR_TYPES)
 # boto3 is the [aws] extra; make demo and make test install it into .venv/.
 AWS_EXTRA_HINT = "install the aws extra from the checkout: pip install -e '.[aws]'"
-
-
-class InputProblemError(click.ClickException):
-    """Unusable input files: exit code 2, like other usage errors."""
-
-    exit_code = 2
 
 
 @click.group("aws")
 def aws() -> None:
     """Check an AWS account before installing a ClusterPlugin; print the provider's IAM policy."""
-
-
-def _read_xr(path: Path) -> dict[str, Any]:
-    from function.files import load_documents  # noqa: PLC0415
-
-    for doc in load_documents([path]):
-        if doc.get("kind") in XR_KINDS or "clusterName" in (doc.get("spec") or {}):
-            return doc
-    msg = f"{path}: no ClusterPlugin or XClusterPlugin in the file"
-    raise InputProblemError(msg)
-
-
-_input_option = click.option(
-    "--input",
-    "input_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's step Input (namePrefix, provider config...). Default: all defaults.",
-)
-_composition_option = click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Take the step Input from this Composition's function step. --input wins over it.",
-)
 
 
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -84,30 +54,22 @@ def render_text(report: Report) -> str:
 
 
 @aws.command()
-@click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@options.xr_argument
 @click.option("--profile", help="AWS profile (default: the standard credential chain).")
-@click.option(
-    "--region", help="Region if neither spec.region nor the AWSCluster (--required) gives one."
-)
+@options.region_option
 @click.option(
     "--endpoint-url",
     envvar="AWS_ENDPOINT_URL",
     help="Send every AWS call here (an emulator such as moto); S3 then uses path-style URLs.",
 )
-@click.option(
-    "--required",
-    "required",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="Cluster API objects and the <cluster>-sa Secret (YAML files or directories); repeatable.",
-)
+@options.required_option
 @click.option(
     "--sa-public-key",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The service-account public key (PEM), instead of the <cluster>-sa Secret.",
 )
-@_input_option
-@_composition_option
+@options.input_option
+@options.composition_option
 @click.option(
     "--phase",
     type=click.Choice(["before", "after", "auto"]),
@@ -131,14 +93,14 @@ def render_text(report: Report) -> str:
 )
 def preflight(
     *,
-    xr: Path,
+    xr_file: str,
     profile: str | None,
     region: str | None,
     endpoint_url: str | None,
-    required: tuple[Path, ...],
+    required: tuple[str, ...],
     sa_public_key: Path | None,
-    input_path: Path | None,
-    composition: Path | None,
+    input_file: str | None,
+    composition: str | None,
     phase: str,
     live: bool,
     live_endpoint: str | None,
@@ -160,22 +122,22 @@ def preflight(
         raise click.ClickException(msg) from err
     from function.accept import RegionError  # noqa: PLC0415
     from function.aws.target import build_target  # noqa: PLC0415
-    from function.files import InputFileError, load_documents, step_input  # noqa: PLC0415
+    from function.files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
     from function.spec import InvalidInputError  # noqa: PLC0415
 
     try:
-        xr_doc = _read_xr(xr)
-        _, step = step_input(input_path, composition, xr_doc)
+        xr_doc = load_one(xr_file, "composite resource")
+        _, step = step_input(input_file, composition, xr_doc)
         target = build_target(
             xr_doc,
-            required=load_documents(required),
+            required=load_required(required, xr_doc, step),
             step_input=step,
             region_flag=region,
             public_key=sa_public_key.read_bytes() if sa_public_key else None,
             public_key_source=str(sa_public_key) if sa_public_key else "",
         )
     except (InputFileError, InvalidInputError, RegionError) as err:
-        raise InputProblemError(str(err)) from err
+        raise options.InputError(str(err)) from err
 
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
@@ -194,8 +156,8 @@ def preflight(
 
 
 @aws.command("provider-policy")
-@_input_option
-@_composition_option
+@options.input_option
+@options.composition_option
 @click.option(
     "--name-prefix",
     help="The step input's namePrefix (sets both prefixes' defaults). [default: the Input's]",
@@ -244,8 +206,8 @@ def preflight(
 )
 def provider_policy_cmd(
     *,
-    input_path: Path | None,
-    composition: Path | None,
+    input_file: str | None,
+    composition: str | None,
     name_prefix: str | None,
     bucket_prefix: str | None,
     role_prefix: str | None,
@@ -272,12 +234,12 @@ def provider_policy_cmd(
     from function.spec import InvalidInputError  # noqa: PLC0415
 
     try:
-        _, raw = step_input(input_path, composition)
+        _, raw = step_input(input_file, composition)
         if name_prefix is not None:
             raw = {**raw, "namePrefix": name_prefix}
         name_prefix = accept_input(raw).name_prefix
     except (InputFileError, InvalidInputError) as err:
-        raise InputProblemError(str(err)) from err
+        raise options.InputError(str(err)) from err
     try:
         doc = provider_policy(
             bucket_prefix=default_bucket_prefix(name_prefix)
