@@ -350,12 +350,14 @@ def missing_managed_policies() -> list[str]:
 class MotoServer:
     """A moto server child process, bound to 127.0.0.1 on a port the OS chose."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        """``extra_env``: more of moto's settings (e.g. its request recorder's file)."""
         env = {
             **os.environ,
             "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
             MANAGED_ENV: ",".join([*function_managed_policies(), ADMINISTRATOR_ACCESS]),
             "PYTHONPATH": str(REPO),
+            **(extra_env or {}),
         }
         env.pop("INITIAL_NO_AUTH_ACTION_COUNT", None)  # enforcement is switched on per test
         self.proc = subprocess.Popen(

@@ -309,10 +309,14 @@ class ControlPlane:
     def tool_source(self, name: str) -> Path:
         return tool_source(name)
 
-    def _crds(self) -> None:
+    def crds(self) -> list[dict[str, Any]]:
+        """The CRDs the control plane starts with: Crossplane's and the vendored ones."""
         files = sorted(self.crossplane_crd_dir().glob("*.yaml"))
         files += sorted(FIXTURE_CRDS.glob("*/*.yaml"))
-        names = [self.kube.apply_crd(yaml.safe_load(p.read_text())) for p in files]
+        return [yaml.safe_load(p.read_text()) for p in files]
+
+    def _crds(self) -> None:
+        names = [self.kube.apply_crd(crd) for crd in self.crds()]
         self.kube.wait_established(names)
         self.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CROSSPLANE_NAMESPACE}})
         # What `crossplane core init` creates (internal/initializer/lock.go).

@@ -1,0 +1,112 @@
+"""Fixtures of the AWS provider's tests, one set for the package (both flavours' modules).
+
+moto with its request recorder, a control plane of its own (``AwsControlPlane``), the real
+provider-aws out of cluster and ProviderConfigs of both scopes pointing at moto. A provider
+binary that cannot be built fails the tests that need it with the reason (scripts/tools.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.aws.provider import AWS_KINDS, AwsControlPlane, Moto, provider_aws, provider_configs
+from e2e.controlplane.composite import Composite, condition_status, conditions
+from e2e.controlplane.conftest import pytest_runtest_makereport, running_control_plane
+from e2e.controlplane.driver import Providers
+from e2e.controlplane.harness import StartError
+from e2e.controlplane.processes import Process
+
+__all__ = ["pytest_runtest_makereport"]  # the logs of the control plane in a failing test's report
+
+# The provider's poll (its default is 10 minutes): the quiet period of the tests spans several.
+POLL_S = 15
+CONVERGE_S = 900
+
+
+@pytest.fixture(scope="package")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
+    server = Moto(tmp_path_factory.mktemp("moto") / "recording.jsonl")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="package")
+def aws_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsControlPlane]:
+    with running_control_plane(tmp_path_factory.mktemp("aws"), AwsControlPlane) as cp:
+        assert isinstance(cp, AwsControlPlane)
+        yield cp
+
+
+@pytest.fixture(scope="package")
+def real_provider_aws(aws_control_plane: AwsControlPlane, moto: Moto) -> Iterator[Process]:
+    provider_configs(aws_control_plane, moto.endpoint)
+    started = time.monotonic()
+    try:
+        process = provider_aws(aws_control_plane, poll=f"{POLL_S}s")
+    except (StartError, TimeoutError) as err:
+        pytest.fail(f"provider-aws did not start: {err}", pytrace=False)
+    print(f"\nprovider-aws ready in {time.monotonic() - started:.1f}s")
+    yield process
+    process.stop()
+    del aws_control_plane.processes[process.name]  # stopped on purpose: not a process that died
+
+
+def aws_objects(composite: Composite) -> dict[str, dict[str, Any]]:
+    """composition-resource-name -> composed object, of the provider's kinds."""
+    return {n: o for n, o in composite.composed().items() if o["kind"] in AWS_KINDS}
+
+
+def not_ready(composite: Composite) -> str:
+    """The composed AWS resources not Ready and Synced, with the provider's conditions."""
+    lines = []
+    for name, obj in sorted(aws_objects(composite).items()):
+        if condition_status(obj, "Ready") != "True" or condition_status(obj, "Synced") != "True":
+            said = "; ".join(f"{t}={c['status']} {c.get('reason')}: {c.get('message', '')}" for t, c in conditions(obj).items())
+            lines.append(f"{name} ({obj['kind']}): {said}")
+    return "\n".join(lines)
+
+
+def converge(composite: Composite, timeout_s: float = CONVERGE_S) -> dict[str, Any]:
+    """Composite.converge at the real provider's pace (each stage may take minutes); fails
+    the test naming what is not Ready."""
+    started = time.monotonic()
+    try:
+        composite.create(staged=True)
+        composite.wait_stalled(timeout_s=timeout_s)
+        composite.control_plane_revisions["initialized"] = composite.capi.set_control_plane(initialized=True, available=False)
+        composite.wait_stalled(timeout_s=timeout_s)
+        composite.control_plane_revisions["available"] = composite.capi.set_control_plane(initialized=True, available=True)
+        xr = composite.wait_ready(timeout_s)
+    except TimeoutError as err:
+        pytest.fail(f"{composite.example} did not converge through provider-aws: {err}\n{not_ready(composite)}", pytrace=False)
+    print(f"\n{composite.example} converged through provider-aws in {time.monotonic() - started:.0f}s")
+    return xr
+
+
+def played_providers(cp: AwsControlPlane, *, namespaced: bool) -> Iterator[Providers]:
+    """The driver for one flavour's Releases (played); every AWS kind is provider-aws's."""
+    providers = Providers(cp.kube, namespaced=namespaced, real_kinds=AWS_KINDS)
+    providers.start()
+    yield providers
+    providers.stop()
+
+
+def delete_and_wait(composite: Composite, timeout_s: float = 600) -> dict[str, dict[str, Any]]:
+    """Delete the XR (or the claim) and wait until every resource it composed is gone; those."""
+    composed = composite.composed()
+    made = composite.resource()
+    assert made is not None
+    meta = made["metadata"]
+    composite.kube.delete(made["apiVersion"], made["kind"], meta["name"], meta.get("namespace"))
+    names = {(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in composed.values()}
+    composite.kube.wait_for(
+        lambda: all(composite.kube.get(a, k, n, ns) is None for a, k, n, ns in names),
+        "every composed resource deleted",
+        timeout_s=timeout_s,
+        interval_s=1,
+    )
+    return composed
