@@ -33,7 +33,33 @@ from function.__version__ import __version__
 from function.template_values import template_values_cmd
 
 
-@click.group()
+class OneLineUsageErrors(click.Group):
+    """A group whose usage errors (a missing file, an unknown option) take one line.
+
+    click prints a usage error as three lines (usage, hint, error); every other refusal of
+    these commands is one line naming what is wrong, so these are too, with the hint kept.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """The standalone main of click, with a usage error said in one line on stderr."""
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as err:
+            hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+            click.echo(f"Error: {err.format_message().rstrip('.')}{hint}", err=True)
+            sys.exit(err.exit_code)
+        except click.ClickException as err:
+            err.show()
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        # Without standalone mode click returns the command's value, or ctx.exit's code.
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=OneLineUsageErrors)
 @click.version_option(__version__, prog_name="function-cluster-plugin")
 def cli() -> None:
     """Compose Cluster API add-ons on AWS with Crossplane.
