@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -155,56 +155,62 @@ def preflight(
         raise SystemExit(1)
 
 
-@aws.command("provider-policy")
-@options.input_option
-@options.composition_option
-@click.option(
-    "--name-prefix",
-    help="The step input's namePrefix (sets both prefixes' defaults). [default: the Input's]",
-)
-@click.option(
-    "--bucket-prefix", help="Issuer buckets start with this. [default: <name-prefix>irsa-]"
-)
-@click.option(
-    "--role-prefix",
-    help="Roles and policies (under /clusterplugin/) start with this. [default: <name-prefix>]",
-)
-@click.option(
-    "--partition", type=click.Choice(sorted(PARTITIONS)), default="aws", show_default=True
-)
-@click.option(
-    "--account-id", default="*", show_default=True, help="12-digit account id, or * for any."
-)
-@click.option(
-    "--issuer-domain",
-    "issuer_domains",
-    multiple=True,
-    metavar="DOMAIN",
-    help="An issuer behind CloudFront (spec.irsa.hosting.cloudFront.domain): its OIDC "
-    "providers, and its alias record with --hosted-zone-id. Repeatable.",
-)
-@click.option(
-    "--shared-bucket",
-    "shared_buckets",
-    multiple=True,
-    metavar="BUCKET",
-    help="A Shared distribution's bucket: the two documents under any <namespace>/<cluster>. "
-    "Repeatable.",
-)
-@click.option(
-    "--managed-distributions",
-    is_flag=True,
-    help="Managed distributions: CloudFront distributions and origin access controls.",
-)
-@click.option(
-    "--hosted-zone-id",
-    "hosted_zone_ids",
-    multiple=True,
-    metavar="ZONE",
-    help="Managed with hostedZoneId: A records of the --issuer-domain names in this zone only. "
-    "Repeatable.",
-)
-def provider_policy_cmd(
+def _policy_options(command: Any) -> Any:
+    """The options of the provider's policy, shared by provider-policy and provider-role."""
+    for option in reversed(
+        [
+            options.input_option,
+            options.composition_option,
+            click.option(
+                "--name-prefix",
+                help="The step input's namePrefix (sets both prefixes' defaults). "
+                "[default: the Input's]",
+            ),
+            click.option(
+                "--bucket-prefix",
+                help="Issuer buckets start with this. [default: <name-prefix>irsa-]",
+            ),
+            click.option(
+                "--role-prefix",
+                help="Roles and policies (under /clusterplugin/) start with this. "
+                "[default: <name-prefix>]",
+            ),
+            click.option(
+                "--issuer-domain",
+                "issuer_domains",
+                multiple=True,
+                metavar="DOMAIN",
+                help="An issuer behind CloudFront (spec.irsa.hosting.cloudFront.domain): its "
+                "OIDC providers, and its alias record with --hosted-zone-id. Repeatable.",
+            ),
+            click.option(
+                "--shared-bucket",
+                "shared_buckets",
+                multiple=True,
+                metavar="BUCKET",
+                help="A Shared distribution's bucket: the two documents under any "
+                "<namespace>/<cluster>. Repeatable.",
+            ),
+            click.option(
+                "--managed-distributions",
+                is_flag=True,
+                help="Managed distributions: CloudFront distributions and origin access controls.",
+            ),
+            click.option(
+                "--hosted-zone-id",
+                "hosted_zone_ids",
+                multiple=True,
+                metavar="ZONE",
+                help="Managed with hostedZoneId: A records of the --issuer-domain names in this "
+                "zone only. Repeatable.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _policy_document(
     *,
     input_file: str | None,
     composition: str | None,
@@ -217,12 +223,8 @@ def provider_policy_cmd(
     shared_buckets: tuple[str, ...],
     managed_distributions: bool,
     hosted_zone_ids: tuple[str, ...],
-) -> None:
-    """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
-
-    Issuers behind CloudFront (spec.irsa.hosting) add only what their options ask for.
-    Exits 2 when the function would refuse the step input (or --name-prefix in it).
-    """
+) -> dict[str, Any]:
+    """The provider's policy for the options; a usage error for what it cannot be made of."""
     from function.accept import accept_input  # noqa: PLC0415
     from function.aws.provider_policy import (  # noqa: PLC0415
         CloudFrontHosting,
@@ -241,7 +243,7 @@ def provider_policy_cmd(
     except (InputFileError, InvalidInputError) as err:
         raise options.InputError(str(err)) from err
     try:
-        doc = provider_policy(
+        return provider_policy(
             bucket_prefix=default_bucket_prefix(name_prefix)
             if bucket_prefix is None
             else bucket_prefix,
@@ -257,7 +259,137 @@ def provider_policy_cmd(
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from err
-    click.echo(json.dumps(doc, indent=2))
+
+
+@aws.command("provider-policy")
+@_policy_options
+@click.option(
+    "--partition", type=click.Choice(sorted(PARTITIONS)), default="aws", show_default=True
+)
+@click.option(
+    "--account-id", default="*", show_default=True, help="12-digit account id, or * for any."
+)
+def provider_policy_cmd(**kwargs: Any) -> None:
+    """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
+
+    Issuers behind CloudFront (spec.irsa.hosting) add only what their options ask for.
+    Exits 2 when the function would refuse the step input (or --name-prefix in it).
+    """
+    click.echo(json.dumps(_policy_document(**kwargs), indent=2))
+
+
+@aws.command("provider-role")
+@click.option(
+    "--oidc-provider-arn",
+    required=True,
+    metavar="ARN",
+    help="The management cluster's IAM OIDC provider (EKS: its cluster's), "
+    "arn:aws:iam::<account>:oidc-provider/<issuer>: the role trusts it, in its account.",
+)
+@click.option("--role-name", default="crossplane-clusterplugin", show_default=True)
+@click.option(
+    "--crossplane-namespace",
+    default="crossplane-system",
+    show_default=True,
+    help="The namespace Crossplane runs the providers in.",
+)
+@click.option(
+    "--service-account",
+    default="provider-aws",
+    show_default=True,
+    help="The one service account every AWS provider runs as; the role trusts only it.",
+)
+@_policy_options
+@click.option(
+    "--create",
+    is_flag=True,
+    help="Create the role in AWS (or update one this command made) before printing; needs "
+    "boto3 and IAM rights (iam:GetRole, ListRoleTags, CreateRole, TagRole, "
+    "UpdateAssumeRolePolicy, PutRolePolicy).",
+)
+@click.option("--profile", help="With --create: the AWS profile.")
+@click.option(
+    "--endpoint-url",
+    envvar="AWS_ENDPOINT_URL",
+    help="With --create: send the IAM calls here (an emulator such as moto).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json", "aws"]),
+    default="yaml",
+    show_default=True,
+    help="yaml: the DeploymentRuntimeConfig and the AWS Providers that use the role, for "
+    "kubectl apply -f -; json: the role's ARN and its create-role and put-role-policy inputs; "
+    "aws: the aws CLI commands that create the role.",
+)
+def provider_role_cmd(
+    *,
+    oidc_provider_arn: str,
+    role_name: str,
+    crossplane_namespace: str,
+    service_account: str,
+    create: bool,
+    profile: str | None,
+    endpoint_url: str | None,
+    output: str,
+    **policy_options: Any,
+) -> None:
+    """The IAM role the Crossplane AWS providers assume through IRSA, and what makes them use it.
+
+    The role (outside /clusterplugin/, so the providers cannot change it) trusts only
+    --service-account in --crossplane-namespace through --oidc-provider-arn, and holds the
+    policy `aws provider-policy` prints (for the ARN's account and partition) inline.
+    Prints the Kubernetes objects for `kubectl apply -f -`: a DeploymentRuntimeConfig with the
+    role's annotation and the AWS Providers the Configurations depend on, using it. With
+    --create, makes the role first (progress on stderr).
+    """
+    from function.aws import provider_role  # noqa: PLC0415
+    from function.aws.provider_role import ProviderRole, ProviderRoleError  # noqa: PLC0415
+
+    match = re.match(r"^arn:([a-z-]+):iam::(\d{12}):", oidc_provider_arn)
+    partition, account = match.groups() if match else ("aws", "*")
+    try:
+        role = ProviderRole(
+            oidc_provider_arn,
+            _policy_document(
+                partition=partition if partition in PARTITIONS else "aws",
+                account_id=account,
+                **policy_options,
+            ),
+            role_name=role_name,
+            namespace=crossplane_namespace,
+            service_account=service_account,
+        )
+    except ProviderRoleError as err:
+        raise click.UsageError(str(err)) from None
+    if create:
+        try:
+            import boto3  # noqa: PLC0415
+            from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+        except ImportError as err:
+            msg = f"aws provider-role --create needs boto3 ({err}): {AWS_EXTRA_HINT}"
+            raise click.ClickException(msg) from err
+        try:
+            iam = boto3.Session(profile_name=profile).client(
+                "iam",
+                region_name=provider_role.IAM_REGION[role.partition],
+                endpoint_url=endpoint_url,
+            )
+            click.echo(provider_role.create(iam, role), err=True)
+        except ProviderRoleError as err:
+            raise click.ClickException(str(err)) from None
+        except (BotoCoreError, ClientError) as err:
+            msg = f"an AWS call failed: {err}"
+            raise click.ClickException(msg) from None
+    if output == "json":
+        click.echo(json.dumps(role.as_json(), indent=2))
+    elif output == "aws":
+        click.echo(role.aws_commands(), nl=False)
+    else:
+        import yaml  # noqa: PLC0415
+
+        click.echo(yaml.safe_dump_all(role.manifests(), sort_keys=False), nl=False)
 
 
 @aws.command("shared-bucket-policy")
