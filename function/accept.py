@@ -26,6 +26,7 @@ from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from function import cluster, registry, structs
+from function.addons import pod_identity
 from function.cluster import ClusterFacts
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
@@ -100,6 +101,7 @@ class Accepted:
             facts,
             observed,
             hosts_issuer=self.hosts_issuer,
+            wants_irsa=self.wants_irsa,
             port_needs=self.port_needs,
         )
 
@@ -418,10 +420,15 @@ def cache_clear() -> None:
 
 
 class RecordedIssuer(NamedTuple):
-    """The issuer an XR's status records: its URL, and the OIDC provider once it exists."""
+    """The issuer an XR's status records: its URL, and the OIDC provider once it exists.
+
+    ``pod_identity``: the status records Pod Identity associations in use
+    (``podIdentityCluster``).
+    """
 
     url: str = ""
     oidc_provider_arn: str = ""
+    pod_identity: bool = False
 
 
 NO_RECORDED_ISSUER = RecordedIssuer()
@@ -436,7 +443,9 @@ def recorded_issuer(xr: struct_pb2.Struct) -> RecordedIssuer:
         return NO_RECORDED_ISSUER
     status = fields["status"].struct_value.fields
     if "oidcProviderARN" not in status:
-        return NO_RECORDED_ISSUER  # no provider: nothing in use (the only case refuse judges)
+        # No provider: nothing of IRSA in use (the only case refuse judges), maybe Pod Identity.
+        in_use = "podIdentityCluster" in status
+        return RecordedIssuer(pod_identity=True) if in_use else NO_RECORDED_ISSUER
     url = status["issuerURL"].string_value if "issuerURL" in status else ""
     return RecordedIssuer(url, status["oidcProviderARN"].string_value)
 
@@ -456,10 +465,10 @@ def refuse(
             problem = addon.cluster_problem(accepted.spec, facts)
             if problem:
                 raise InvalidInputError(addon.spec_path, problem)
-    external = _external_cluster_problem(accepted.spec, facts)
-    if external:
-        raise InvalidInputError(*external)
     region = accepted.spec.region or facts.region
+    credentials = _credentials_problem(accepted, facts, recorded, region or "")
+    if credentials:
+        raise InvalidInputError(*credentials)
     if accepted.names.cloudfront is not None:
         partition = cloudfront_region_problem(accepted, region or "")
         if partition:
@@ -512,6 +521,51 @@ def _external_cluster_problem(
                 f"AWSManagedControlPlane {where} reports {observed} (status.oidcProvider.arn); "
                 "give that one, or leave issuerURL and oidcProviderARN out to use it"
             ),
+        )
+    return None
+
+
+def _credentials_problem(
+    accepted: Accepted, facts: ClusterFacts, recorded: RecordedIssuer, region: str
+) -> tuple[str, str] | None:
+    """(field, message) when the add-ons' credentials (spec.irsa) do not fit the cluster."""
+    mode = accepted.spec.irsa.mode
+    change = _credentials_change(mode, recorded)
+    if change:
+        return "spec.irsa.mode", change
+    external = _external_cluster_problem(accepted.spec, facts)
+    if external:
+        return external
+    if accepted.wants_irsa:
+        problem = pod_identity.cluster_problem(mode, facts, region, accepted.step.charts)
+        if problem:
+            return "spec.irsa.mode", problem
+    return None
+
+
+def _credentials_change(mode: IRSAMode, recorded: RecordedIssuer) -> str | None:
+    """Why the spec may not move add-on roles in use between IRSA and Pod Identity, or None.
+
+    As with the issuer's hosting: the running pods hold credentials of the one, every
+    role trusts it, and a move (both trusts per role, every add-on restarted after its
+    association) is not supported on a cluster in use.
+    """
+    irsa_modes = (IRSAMode.SELF_HOSTED, IRSAMode.EXTERNAL)
+    if mode is IRSAMode.POD_IDENTITY and recorded.oidc_provider_arn:
+        return (
+            f"would move the add-on roles from IRSA to EKS Pod Identity, but IRSA is in use "
+            f"(status.oidcProviderARN {recorded.oidc_provider_arn}): every add-on role trusts "
+            "that provider and the running add-ons hold its credentials. Moving a running "
+            "cluster's add-ons is not supported: put spec.irsa back as it was, or give a new "
+            "cluster mode PodIdentity"
+        )
+    if mode in irsa_modes and recorded.pod_identity:
+        return (
+            f"would move the add-on roles from EKS Pod Identity to IRSA ({mode.value}), but "
+            "Pod Identity is in use (status.podIdentityCluster): every add-on "
+            "role trusts pods.eks.amazonaws.com and the running add-ons hold its credentials. "
+            "Moving a running cluster's add-ons is not supported: put spec.irsa.mode back to "
+            "PodIdentity, or give a new cluster IRSA"
         )
     return None
 
@@ -595,8 +649,11 @@ def accept_with_objects(
     status = xr.get("status")
     recorded = RecordedIssuer()
     if isinstance(status, Mapping):
+        provider = str(status.get("oidcProviderARN") or "")
         recorded = RecordedIssuer(
-            str(status.get("issuerURL") or ""), str(status.get("oidcProviderARN") or "")
+            str(status.get("issuerURL") or ""),
+            provider,
+            pod_identity=bool(status.get("podIdentityCluster")),
         )
     req = accepted.request_from(objs)
     facts = accepted.read_facts(req)

@@ -163,6 +163,11 @@ class ClusterFacts:
     # (spec.associateOIDCProvider), and its ARN once CAPA wrote it (status.oidcProvider.arn).
     associates_oidc_provider: bool = False
     oidc_provider_arn: str | None = None
+    # EKS: spec.eksClusterName as read (None when unset), and the EKS managed add-ons CAPA
+    # installs: name -> status (status.addons[].status, "" until CAPA reports it) of each one
+    # spec.addons lists.
+    eks_cluster_name: str | None = None
+    eks_addons: dict[str, str] = field(default_factory=dict)
     sa_public_pem: bytes | None = None
     sa_problem: str | None = None
     # The control plane's Kubernetes version the cluster runs: the lower minor of
@@ -473,6 +478,16 @@ def external_cloud_provider(cp: struct_pb2.Struct) -> bool:
     )
 
 
+def _eks_addons(cp: struct_pb2.Struct) -> dict[str, str]:
+    """Name -> status of each add-on an AWSManagedControlPlane's spec.addons lists."""
+    reported = {
+        structs.str_at(a, "name"): structs.str_at(a, "status") or ""
+        for a in structs.structs_at(cp, "status", "addons")
+    }
+    names = (structs.str_at(a, "name") for a in structs.structs_at(cp, "spec", "addons"))
+    return {name: reported.get(name, "") for name in names if name}
+
+
 def _deleting(objs: Iterable[struct_pb2.Struct | None]) -> str | None:
     for obj in objs:
         if obj is not None and structs.str_at(obj, "metadata", "deletionTimestamp"):
@@ -572,10 +587,12 @@ def read_facts(
 
     eks_name = oidc_arn = None
     associates = False
+    eks_addons: dict[str, str] = {}
     if cp is not None and cp_kind == EKS_CONTROL_PLANE:
         eks_name = structs.str_at(cp, "spec", "eksClusterName")
         associates = bool(structs.bool_at(cp, "spec", "associateOIDCProvider"))
         oidc_arn = structs.str_at(cp, "status", "oidcProvider", "arn") or None
+        eks_addons = _eks_addons(cp)
     pem, problem = _sa_public_key(secret)
     cluster_ref = None
     if cluster is not None:
@@ -596,6 +613,8 @@ def read_facts(
         kubernetes_cluster_name=eks_name or cluster_name,
         associates_oidc_provider=associates,
         oidc_provider_arn=oidc_arn,
+        eks_cluster_name=eks_name or None,
+        eks_addons=eks_addons,
         sa_public_pem=pem,
         sa_problem=problem,
         kubernetes_version=_kubernetes_version(cp) if cp is not None else None,

@@ -40,6 +40,7 @@ KINDS: dict[str, tuple[str, str]] = {
         "cloudfront.aws.m.upbound.io/v1beta1",
     ),
     "Record": ("route53.aws.upbound.io/v1beta2", "route53.aws.m.upbound.io/v1beta1"),
+    "PodIdentityAssociation": ("eks.aws.upbound.io/v1beta1", "eks.aws.m.upbound.io/v1beta1"),
     "Release": ("helm.crossplane.io/v1beta1", "helm.m.crossplane.io/v1beta1"),
     "ProviderConfig": ("helm.crossplane.io/v1beta1", "helm.m.crossplane.io/v1beta1"),
     "Usage": ("apiextensions.crossplane.io/v1beta1", "protection.crossplane.io/v1beta1"),

@@ -135,6 +135,11 @@ class Role:
         """The RolePolicyAttachment's node."""
         return f"{self.node}-attachment"
 
+    @property
+    def association(self) -> str:
+        """The PodIdentityAssociation's node (irsa.mode PodIdentity)."""
+        return f"{self.node}-association"
+
 
 @dataclass(frozen=True)
 class Plugin:
@@ -423,6 +428,8 @@ class Ctx:
     observed: Observed
     # SelfHosted IRSA serving at least one add-on's role: the issuer is composed.
     hosts_issuer: bool = False
+    # A wanted add-on has an IAM role (unless IRSA is Disabled, composed).
+    wants_irsa: bool = False
     # The security-group ports every wanted add-on needs.
     port_needs: tuple[PortNeed, ...] = ()
     readiness: dict[str, Readiness] = field(default_factory=dict)
@@ -484,11 +491,13 @@ def issuer_url(
     """The service-account issuer.
 
     External: the one given, else the EKS control plane's ("" while unknown);
-    SelfHosted: the XR's own, in ``region``.
+    SelfHosted: the XR's own, in ``region``; PodIdentity: none ("").
     """
     if spec.irsa.mode is IRSAMode.EXTERNAL:
         found = external_issuer(spec, facts)
         return "" if found is None else found[0]
+    if spec.irsa.mode is IRSAMode.POD_IDENTITY:
+        return ""  # no issuer at all
     return names.issuer_url(region)
 
 

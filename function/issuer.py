@@ -138,6 +138,20 @@ class Issuer:
         return d
 
 
+# The modes without an issuer to print, and why.
+_NO_ISSUER = {
+    IRSAMode.DISABLED: (
+        "spec.irsa.mode is Disabled: the function sets up no IRSA issuer, so there is nothing "
+        "to put in the KubeadmControlPlane"
+    ),
+    IRSAMode.POD_IDENTITY: (
+        "spec.irsa.mode is PodIdentity: EKS Pod Identity uses no OIDC issuer (EKS hands out "
+        "the add-ons' credentials through the eks-pod-identity-agent), so there is no issuer "
+        "URL and nothing to change in the control plane"
+    ),
+}
+
+
 def compute(
     xr: Mapping[str, Any],
     *,
@@ -156,13 +170,8 @@ def compute(
         raise IssuerError(str(err)) from None
     spec, namespace = accepted.spec, accepted.namespace
     mode = spec.irsa.mode
-    if mode is IRSAMode.DISABLED:
-        msg = (
-            "spec.irsa.mode is Disabled: the function sets up no IRSA issuer, "
-            "so there is nothing to put in "
-            "the KubeadmControlPlane"
-        )
-        raise IssuerError(msg)
+    if mode in _NO_ISSUER:
+        raise IssuerError(_NO_ISSUER[mode])
     if mode is IRSAMode.EXTERNAL:
         found = external_issuer(spec, facts)
         if found is None:

@@ -2,7 +2,11 @@
 
 Security properties held here (and tested):
 - a trust policy names exactly one OIDC provider, one service account and the
-  ``sts.amazonaws.com`` audience (StringEquals, no wildcards);
+  ``sts.amazonaws.com`` audience (StringEquals, no wildcards); a Pod Identity trust
+  policy names the EKS service principal and, through the session tags EKS adds to its
+  AssumeRole request, exactly one service account of one cluster (its name, and its ARN
+  in the cluster's region; the account is a wildcard, as EKS associates only roles of
+  the cluster's own account);
 - the only ``*`` principal in an Allow is the public read of the two discovery
   documents of an S3Public issuer; behind CloudFront, only the CloudFront service
   principal may read them, for one distribution (``AWS:SourceArn``), which S3 does
@@ -50,6 +54,51 @@ def trust_policy(
                             f"{issuer_host_path}:sub": subject,
                             f"{issuer_host_path}:aud": STS_AUDIENCE,
                         }
+                    },
+                }
+            ],
+        }
+    )
+
+
+POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
+# The session tags EKS Pod Identity adds to its AssumeRole request (EKS user guide,
+# "List of session tags added by EKS Pod Identity"), which a trust policy sees as
+# aws:RequestTag/<key>. Unless an association sets disableSessionTags, which the
+# function never does.
+POD_IDENTITY_TAGS = (
+    "eks-cluster-arn",
+    "eks-cluster-name",
+    "kubernetes-namespace",
+    "kubernetes-service-account",
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def pod_identity_trust_policy(
+    partition: Partition, region: str, eks_cluster: str, namespace: str, service_account: str
+) -> str:
+    """The EKS Pod Identity trust policy: one service account of one cluster."""
+    tag = "aws:RequestTag/"
+    return _compact(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": POD_IDENTITY_SERVICE},
+                    "Action": ["sts:AssumeRole", "sts:TagSession"],
+                    "Condition": {
+                        "StringEquals": {
+                            f"{tag}eks-cluster-name": eks_cluster,
+                            f"{tag}kubernetes-namespace": namespace,
+                            f"{tag}kubernetes-service-account": service_account,
+                        },
+                        "StringLike": {
+                            f"{tag}eks-cluster-arn": (
+                                f"arn:{partition.name}:eks:{region}:*:cluster/{eks_cluster}"
+                            )
+                        },
                     },
                 }
             ],

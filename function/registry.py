@@ -8,7 +8,7 @@ issuer's warnings all come from the declarations.
 
 from __future__ import annotations
 
-from function.addons import calico, ccm, csi, external_dns, irsa, lbc, vpc_cni
+from function.addons import calico, ccm, csi, external_dns, irsa, lbc, pod_identity, vpc_cni
 from function.addons.helm import owned_problems
 from function.graph import Addon, PortNeed, Usage
 from function.spec import ClusterPluginSpec
@@ -17,6 +17,7 @@ from function.spec import ClusterPluginSpec
 ADDONS: tuple[Addon, ...] = (
     ccm.ADDON,
     irsa.ADDON,
+    pod_identity.ADDON,
     vpc_cni.ADDON,
     calico.ADDON,
     csi.EBS,

@@ -493,6 +493,8 @@ class IRSAMode(StrEnum):
 
     SELF_HOSTED = "SelfHosted"
     EXTERNAL = "External"
+    # EKS Pod Identity instead of IRSA: no issuer, an association per add-on role.
+    POD_IDENTITY = "PodIdentity"
     DISABLED = "Disabled"
 
 
@@ -900,7 +902,12 @@ class IRSASpec(_Strict):
             "creates the IAM OIDC provider. External: an existing issuer, given by issuerURL "
             "and oidcProviderARN, or on EKS (AWSManagedControlPlane with "
             "associateOIDCProvider: true) left out and read from the control plane's "
-            "status.oidcProvider. Disabled: no IRSA; add-ons use node credentials."
+            "status.oidcProvider. PodIdentity (EKS only, not in China regions): EKS Pod "
+            "Identity instead of IRSA: each add-on role trusts pods.eks.amazonaws.com for its "
+            "one service account of this cluster, through a PodIdentityAssociation; the "
+            "eks-pod-identity-agent runs first (charts.podIdentityAgent, or the "
+            "AWSManagedControlPlane's spec.addons). Disabled: no IRSA; add-ons use node "
+            "credentials."
         ),
     )
     bucket_name: str = Field(
@@ -1251,6 +1258,18 @@ class Charts(_Strict):
         ),
         alias="externalDNS",
         description="The external-dns chart (spec.dns.externalDNS).",
+    )
+    pod_identity_agent: ChartSource | None = Field(
+        default=None,
+        alias="podIdentityAgent",
+        description=(
+            "The eks-pod-identity-agent chart (spec.irsa.mode: PodIdentity), e.g. "
+            "{repository: oci://registry.example.com/charts, name: eks-pod-identity-agent, "
+            "version: 1.2.0}. Upstream publishes it in no Helm repository "
+            "(aws/eks-pod-identity-agent, charts/eks-pod-identity-agent): mirror the packaged "
+            "chart into a repository of your own. Not needed when the AWSManagedControlPlane "
+            "lists the eks-pod-identity-agent add-on in spec.addons."
+        ),
     )
 
 

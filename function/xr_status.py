@@ -112,6 +112,14 @@ class ClusterPluginStatus(_Status):
         alias="oidcProviderARN",
         description="The IAM OIDC provider the add-ons' roles trust.",
     )
+    pod_identity_cluster: str | None = Field(
+        default=None,
+        alias="podIdentityCluster",
+        description=(
+            "EKS Pod Identity (spec.irsa.mode PodIdentity): the EKS cluster whose Pod Identity "
+            "associations give the add-on roles to their service accounts, while one exists."
+        ),
+    )
     role_arns: RoleARNs | None = Field(
         default=None,
         alias="roleARNs",

@@ -234,7 +234,48 @@ SCENARIOS += [
 # AWSManagedControlPlane reports (the example leaves it out and reads it from there).
 EKS_ISSUER = "https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
 EKS_PROVIDER = f"arn:aws:iam::111122223333:oidc-provider/{EKS_ISSUER.removeprefix('https://')}"
+# EKS Pod Identity (examples/eks-pod-identity, a namespaced XR): the agent as CAPA's EKS add-on
+# (the example), or as a Helm Release of a mirrored chart when the AWSManagedControlPlane does not
+# list it; both flavours, Crossplane 1.x.
+AGENT_CHART = {
+    "podIdentityAgent": {
+        "repository": "oci://registry.example.com/charts",
+        "name": "eks-pod-identity-agent",
+        "version": "1.2.0",
+    }
+}
+
+
+def _agent_by_helm(required: list[dict[str, Any]]) -> None:
+    cp = find(required, "AWSManagedControlPlane")
+    cp["spec"].pop("addons")
+    cp["status"].pop("addons")
+
+
+def _legacy_eks(xr: dict[str, Any]) -> None:
+    _legacy(xr)
+    xr["spec"].pop("crossplane")
+
+
 SCENARIOS += [
+    Scenario("eks-pod-identity", "eks-pod-identity"),
+    Scenario(
+        "eks-pod-identity-agent-release",
+        "eks-pod-identity",
+        mutate_required=_agent_by_helm,
+        step_input={"charts": AGENT_CHART},
+    ),
+    Scenario(
+        "eks-pod-identity-legacy-xr-v1",
+        "eks-pod-identity",
+        mutate_xr=_legacy_eks,
+        mutate_required=_agent_by_helm,
+        step_input={
+            "charts": AGENT_CHART,
+            "clusterAPI": {"legacyControlPlaneKind": "AWSManagedControlPlane"},
+        },
+        crossplane_v1=True,
+    ),
     Scenario(
         "external-eks-given",
         "external-eks",

@@ -245,4 +245,15 @@ def test_everything_derived_from_the_declarations_knows_it(played: dict[str, Any
             "a role with attached policies cannot be deleted",
         ),
         ("fluent-bit-role", "irsa-oidc-provider", "the role trusts this OIDC provider"),
+        (
+            "fluent-bit-release",
+            "fluent-bit-role-association",
+            "its pods get their credentials through this association",
+        ),
+        (
+            "fluent-bit-release",
+            "pod-identity-agent-release",
+            "its pods get their credentials from the agent",
+        ),
+        ("fluent-bit-role-association", "fluent-bit-role", "the association names this role"),
     ]

@@ -210,9 +210,9 @@ def test_helm_values_keep_unknown_fields_and_enums_list_their_values() -> None:
     # Owned keys come from the add-on's declaration (function/addons/csi.py).
     assert "controller.serviceAccount.name" in values["description"]
     mode = spec["irsa"]["properties"]["mode"]
-    assert mode["enum"] == ["SelfHosted", "External", "Disabled"]
+    assert mode["enum"] == ["SelfHosted", "External", "PodIdentity", "Disabled"]
     assert mode["description"].endswith(
-        "One of: SelfHosted, External, Disabled. Default: SelfHosted."
+        "One of: SelfHosted, External, PodIdentity, Disabled. Default: SelfHosted."
     )
 
 

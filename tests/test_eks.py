@@ -1,12 +1,14 @@
 """EKS as a target (docs/architecture.md, "EKS"): the External issuer read from the
-AWSManagedControlPlane."""
+AWSManagedControlPlane, and EKS Pod Identity."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from function.world import World
-from tests.scenarios import EKS_ISSUER, EKS_PROVIDER, by_name, find
+from tests.scenarios import EKS_ISSUER, EKS_PROVIDER, by_name, find, staged_control_plane
 
 
 def _control_plane(world: World) -> dict[str, Any]:
@@ -44,3 +46,106 @@ def test_given_and_read_issuers_compose_the_same() -> None:
     assert {n: c.obj for n, c in read.composed.items()} == {
         n: c.obj for n, c in given.composed.items()
     }
+
+
+# --- EKS Pod Identity (spec.irsa.mode: PodIdentity) -------------------------------------
+
+ROLES = ("vpc-cni-role", "ebs-role", "lbc-role")
+RELEASE_OF = {"vpc-cni-role": "cni-release", "ebs-role": "ebs-release", "lbc-role": "lbc-release"}
+AGENT = "pod-identity-agent-release"
+
+
+def _first_seen(world: World, steps: int = 30) -> dict[str, int]:
+    first: dict[str, int] = {}
+    for rec in world.run(steps, before=staged_control_plane()):
+        assert rec.fatal is None, rec.fatal
+        for name in rec.created:
+            first.setdefault(name, rec.step)
+    assert world.xr_ready and not world.deletions
+    return first
+
+
+@pytest.mark.parametrize("name", ["eks-pod-identity-agent-release", "eks-pod-identity-legacy-xr-v1"])
+def test_agent_then_role_association_release(name: str) -> None:
+    """The agent's Release first; then per add-on its role, its association once the role and
+    the agent are Ready, and its Release once the association is: EKS injects credentials
+    only into pods created after their association, served by the agent on their node."""
+    world = by_name(name).world()
+    first = _first_seen(world)
+    ready = {n: c.created_at for n, c in world.composed.items()}
+    assert ready
+    for role in ROLES:
+        association = f"{role}-association"
+        assert first[role] < first[association] < first[RELEASE_OF[role]], first
+        assert first[AGENT] < first[association], first
+    assert not any(n.startswith(("irsa-", "cert-manager", "pod-identity-webhook")) for n in first)
+
+
+def test_a_release_waits_for_its_association_saying_so() -> None:
+    world = by_name("eks-pod-identity-agent-release").world(staged=False)
+    world.slow = {"PodIdentityAssociation": 6}
+    world.run(4)
+    assert "vpc-cni-role-association" in world.composed and "cni-release" not in world.composed
+    assert _plugin(world, "vpc-cni")["waitingFor"] == "vpc-cni-role-association Ready"
+    world.run(10)
+    assert world.xr_ready
+
+
+def test_capas_agent_add_on_is_waited_for_until_active() -> None:
+    """With the agent in the AWSManagedControlPlane's spec.addons nothing installs it again;
+    the associations wait until CAPA reports the add-on ACTIVE."""
+    world = by_name("eks-pod-identity").world(staged=False)
+    cp = _control_plane(world)
+    cp["status"]["addons"][0]["status"] = "CREATING"
+    world.run(5)
+    assert AGENT not in world.composed
+    assert not any(n.endswith("-association") for n in world.composed)
+    assert _plugin(world, "vpc-cni")["waitingFor"] == "EKS add-on eks-pod-identity-agent ACTIVE"
+    assert "CAPA installs" in _plugin(world, "pod-identity-agent")["message"]
+    cp["status"]["addons"][0]["status"] = "ACTIVE"
+    world.run(10)
+    assert world.xr_ready
+    assert {f"{r}-association" for r in ROLES} <= set(world.composed)
+    assert world.xr["status"]["podIdentityCluster"] == "prod"
+
+
+def test_removing_an_add_on_withdraws_release_association_role_in_that_order() -> None:
+    world = by_name("eks-pod-identity-agent-release").world(staged=False)
+    world.run(12)
+    assert world.xr_ready
+    del world.xr["spec"]["storage"]
+    gone: dict[str, int] = {}
+    for rec in world.run(12):
+        for name in rec.deleted:
+            gone.setdefault(name, rec.step)
+    assert world.deleted_in_use == []
+    assert gone["ebs-release"] < gone["ebs-role-association"] < gone["ebs-role"], gone
+    assert gone["ebs-role-attachment"] < gone["ebs-role"], gone
+    assert AGENT in world.composed  # still used by the other add-ons
+
+
+def test_moving_roles_in_use_between_irsa_and_pod_identity_is_refused() -> None:
+    """As with the issuer's hosting: a cluster whose add-ons use one mechanism keeps it."""
+    world = by_name("eks-pod-identity").world(staged=False)
+    world.run(12)
+    assert world.xr["status"]["podIdentityCluster"] == "prod"
+    world.xr["spec"]["irsa"] = {"mode": "External"}
+    cp = _control_plane(world)
+    cp["spec"]["associateOIDCProvider"] = True
+    cp["status"]["oidcProvider"] = {"arn": EKS_PROVIDER}
+    rec = world.reconcile()
+    assert rec.fatal is not None
+    assert rec.fatal.startswith(
+        "spec.irsa.mode: would move the add-on roles from EKS Pod Identity to IRSA (External)"
+    ), rec.fatal
+    assert world.deletions == []
+
+    irsa = by_name("external-eks").world(staged=False)
+    irsa.run(12)
+    irsa.xr["spec"]["irsa"] = {"mode": "PodIdentity"}
+    rec = irsa.reconcile()
+    assert rec.fatal is not None
+    assert rec.fatal.startswith(
+        "spec.irsa.mode: would move the add-on roles from IRSA to EKS Pod Identity, but IRSA "
+        f"is in use (status.oidcProviderARN {EKS_PROVIDER})"
+    ), rec.fatal

@@ -196,7 +196,16 @@ BAD_SPECS = [
         },
         "spec.networking.amazonVPC.values.serviceAccount.annotations.eks.amazonaws.com/role-arn: is set by the function",
     ),
-    ({"clusterName": "demo", "irsa": {"mode": "External"}}, "spec.irsa.issuerURL: is required when mode is External"),
+    (
+        {
+            "clusterName": "demo",
+            "irsa": {
+                "mode": "External",
+                "oidcProviderARN": "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/BBB",
+            },
+        },
+        "spec.irsa.issuerURL: is required with oidcProviderARN",
+    ),
     (
         {
             "clusterName": "demo",

@@ -280,9 +280,12 @@ def _kube_version(required: list[dict[str, Any]]) -> str:
 
 
 def _trust(policy: str) -> tuple[set[str], set[str]]:
+    """(subjects, audiences) a trust policy admits: IRSA's sub and aud, or the namespace and
+    service account session tags of EKS Pod Identity (which has no audience)."""
     subjects: set[str] = set()
     audiences: set[str] = set()
     for statement in json.loads(policy).get("Statement", []):
+        tags: dict[str, str] = {}
         for condition in statement.get("Condition", {}).values():
             for key, value in condition.items():
                 values = {value} if isinstance(value, str) else set(value)
@@ -290,6 +293,10 @@ def _trust(policy: str) -> tuple[set[str], set[str]]:
                     subjects |= {v.removeprefix("system:serviceaccount:") for v in values}
                 elif key.endswith(":aud"):
                     audiences |= values
+                elif key.startswith("aws:RequestTag/kubernetes-") and isinstance(value, str):
+                    tags[key.removeprefix("aws:RequestTag/kubernetes-")] = value
+        if {"namespace", "service-account"} <= set(tags):
+            subjects.add(f"{tags['namespace']}:{tags['service-account']}")
     return subjects, audiences
 
 
@@ -507,8 +514,10 @@ def irsa_problems(run: Played) -> list[str]:
             continue
         rendering, sa = found[0]
         arn = (sa["metadata"].get("annotations") or {}).get(ROLE_ARN_ANNOTATION)
-        if arn != role.arn:
-            out.append(f"{_where(rendering, sa)} carries {arn!r}, not role {role.node}'s {role.arn}")
+        # EKS Pod Identity (no audience): no annotation, or IRSA would take precedence.
+        want = role.arn if role.audiences else None
+        if arn != want:
+            out.append(f"{_where(rendering, sa)} carries {arn!r}, not role {role.node}'s {want}")
         users = [
             o
             for o in _installed(rendering)

@@ -177,11 +177,13 @@ def policies(world: World, scenario: str) -> list[Doc]:
             (o["spec"].get("region") for o in world.required if o["kind"] in {"AWSCluster", "AWSManagedControlPlane"}),
             world.xr["spec"].get("region", "us-east-1"),
         )
+        eks = next((o for o in world.required if o["kind"] == "AWSManagedControlPlane"), {})
         ctx = {
             "region": world.xr["spec"].get("region") or region,
             "issuer": status.get("issuerURL", ""),
             "provider": status.get("oidcProviderARN", ""),
             "bucket": fp.get("bucket", ""),
+            "eks_cluster": eks.get("spec", {}).get("eksClusterName", ""),
         }
         kind = {"Role": "trust", "Policy": "identity", "BucketPolicy": "bucket"}.get(c.obj["kind"])
         field = {"trust": "assumeRolePolicy"}.get(kind or "", "policy")
@@ -287,9 +289,46 @@ def statement_problems(d: Doc) -> list[str]:
     return out
 
 
-def trust_problems(d: Doc) -> list[str]:
-    """The exact shape of an IRSA trust policy."""
+def pod_identity_trust_problems(d: Doc) -> list[str]:
+    """The exact shape of an EKS Pod Identity trust policy: one service account of one cluster.
+
+    The session tags EKS puts on its AssumeRole request (aws:RequestTag/...) name the
+    cluster (name, and ARN in its region: the account is the one wildcard, as EKS associates
+    only roles of the cluster's own account), the namespace and the service account.
+    """
     doc = json.loads(d.text)
+    namespace, account = SUBJECTS[d.node].removeprefix("system:serviceaccount:").split(":")
+    cluster, region = d.ctx["eks_cluster"], d.ctx["region"]
+    if not cluster:
+        return ["no EKS cluster name"]
+    want = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": account,
+                    },
+                    "StringLike": {
+                        "aws:RequestTag/eks-cluster-arn": f"arn:{_partition(region)}:eks:{region}:*:cluster/{cluster}"
+                    },
+                },
+            }
+        ],
+    }
+    return [] if doc == want else [f"Pod Identity trust policy is not exactly the expected one: {d.text}"]
+
+
+def trust_problems(d: Doc) -> list[str]:
+    """The exact shape of an IRSA (or EKS Pod Identity) trust policy."""
+    doc = json.loads(d.text)
+    if doc["Statement"][0].get("Principal") == {"Service": "pods.eks.amazonaws.com"}:
+        return pod_identity_trust_problems(d)
     issuer = d.ctx["issuer"].removeprefix("https://")
     provider = d.ctx["provider"]
     if not re.fullmatch(rf"arn:{_partition(d.ctx['region'])}:iam::\d{{12}}:oidc-provider/.+", provider) and not (

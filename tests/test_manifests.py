@@ -135,11 +135,12 @@ def test_the_fixture_lists_are_not_empty() -> None:
         "selfhosted-full",
         "calico-legacy-claim",
         "external-eks",
+        "eks-pod-identity",
         "external-dns",
         "cloudfront-shared",
         "cloudfront-managed",
     }
-    assert len(EXAMPLE_XRS) == 7
+    assert len(EXAMPLE_XRS) == 8
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
@@ -325,9 +326,11 @@ def test_composition_input_parses_and_spells_out_the_defaults(
         "clusterAPI",
         "protectCluster",
     }
-    assert set(step_input["charts"]) == {
-        f.alias or n for n, f in type(parsed.charts).model_fields.items()
-    }
+    # Every chart with a default source; the pod identity agent has none (no public Helm
+    # repository): the user adds their mirror (README, "EKS Pod Identity").
+    fields = type(parsed.charts).model_fields.items()
+    assert set(step_input["charts"]) == {f.alias or n for n, f in fields if f.default is not None}
+    assert "podIdentityAgent" not in step_input["charts"]
 
 
 def test_compositions_share_one_input() -> None:

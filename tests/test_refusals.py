@@ -148,6 +148,12 @@ LEGACY_CLUSTER_API = {
     "kubeadmControlPlane": "controlplane.cluster.x-k8s.io/v1beta1",
 }
 
+def _no_agent_add_on(objs: list[dict[str, Any]]) -> None:
+    cp = next(o for o in objs if o["kind"] == "AWSManagedControlPlane")
+    cp["spec"].pop("addons")
+    cp["status"].pop("addons")
+
+
 DNS = {"hostedZoneIDs": ["Z0123456789ABC"]}
 EXTERNAL = {
     "mode": "External",
@@ -309,7 +315,7 @@ CASES = [
     ),
     Case(
         "irsa-mode",
-        "spec.irsa.mode: must be one of 'SelfHosted', 'External' or 'Disabled'",
+        "spec.irsa.mode: must be one of 'SelfHosted', 'External', 'PodIdentity' or 'Disabled'",
         {"irsa": {"mode": "Sometimes"}},
     ),
     Case(
@@ -709,6 +715,43 @@ CASES = [
         "EXAMPLED539D4633E53DE1B71EXAMPLE",
         {"irsa": EXTERNAL},
         example="external-eks",
+    ),
+    Case(
+        "pod-identity-not-eks",
+        "spec.irsa.mode: PodIdentity needs an EKS control plane (AWSManagedControlPlane); this "
+        "cluster's is a KubeadmControlPlane, where EKS Pod Identity does not exist: use IRSA",
+        {"irsa": {"mode": "PodIdentity"}},
+    ),
+    Case(
+        "pod-identity-china",
+        "spec.irsa.mode: EKS Pod Identity is not available in the China regions (cn-north-1 is "
+        "in aws-cn): use IRSA (mode External with the EKS cluster's issuer)",
+        {"region": "cn-north-1"},
+        example="eks-pod-identity",
+    ),
+    Case(
+        "pod-identity-no-agent",
+        "spec.irsa.mode: PodIdentity needs the eks-pod-identity-agent on the nodes: list the EKS "
+        "add-on eks-pod-identity-agent in the AWSManagedControlPlane's spec.addons, or give the "
+        "step input's charts.podIdentityAgent",
+        example="eks-pod-identity",
+        change_required=_no_agent_add_on,
+    ),
+    Case(
+        "irsa-in-use-to-pod-identity",
+        "spec.irsa.mode: would move the add-on roles from IRSA to EKS Pod Identity, but IRSA is in "
+        "use (status.oidcProviderARN arn:aws:iam::111122223333:oidc-provider/",
+        {"irsa": {"mode": "PodIdentity"}},
+        example="external-eks",
+        change=_issuer_in_use("https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"),
+    ),
+    Case(
+        "pod-identity-in-use-to-irsa",
+        "spec.irsa.mode: would move the add-on roles from EKS Pod Identity to IRSA (SelfHosted), "
+        "but Pod Identity is in use (status.podIdentityCluster)",
+        {"irsa": {"mode": "SelfHosted"}},
+        example="eks-pod-identity",
+        change=_set({"podIdentityCluster": "prod"}, "status"),
     ),
     Case(
         "ccm-on-eks",

@@ -133,7 +133,11 @@ def _secret_fragments(world: World) -> list[str]:
 
 
 # Scenarios in which the function asks for <cluster>-sa (SelfHosted IRSA).
-KEY_SCENARIOS = [s for s in SCENARIOS if s.example != "external-eks" and not s.name.endswith("irsa-disabled")]
+KEY_SCENARIOS = [
+    s
+    for s in SCENARIOS
+    if s.example not in {"external-eks", "eks-pod-identity"} and not s.name.endswith("irsa-disabled")
+]
 
 
 @pytest.mark.parametrize("scenario", KEY_SCENARIOS, ids=lambda s: s.name)
@@ -177,3 +181,62 @@ def test_no_statement_grants_wildcard_actions_or_principals() -> None:
                 actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
                 assert "*" not in actions
                 assert st.get("Principal") != "*"
+
+
+POD_IDENTITY_SCENARIOS = [s.name for s in SCENARIOS if s.example == "eks-pod-identity"]
+
+
+@pytest.mark.parametrize("name", POD_IDENTITY_SCENARIOS)
+def test_pod_identity_roles_serve_one_service_account_of_one_cluster(name: str) -> None:
+    """EKS Pod Identity: every role trusts pods.eks.amazonaws.com only under conditions on the
+    session tags naming its one service account, its namespace and this cluster; its
+    association names the same; the chart's ServiceAccount carries no role annotation (IRSA
+    would take precedence); no issuer, webhook or cert-manager is composed."""
+    world = _final(name)
+    roles = {n: c for n, c in world.composed.items() if n in EXPECTED_SUBJECTS}
+    assert roles
+    for node, c in roles.items():
+        namespace, account = EXPECTED_SUBJECTS[node].removeprefix("system:serviceaccount:").split(":")
+        doc = json.loads(c.obj["spec"]["forProvider"]["assumeRolePolicy"])
+        (st,) = doc["Statement"]
+        assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert st["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+        assert st["Condition"]["StringEquals"] == {
+            "aws:RequestTag/eks-cluster-name": "prod",
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": account,
+        }
+        assert st["Condition"]["StringLike"] == {
+            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-west-2:*:cluster/prod"
+        }
+        association = world.composed[f"{node}-association"].obj["spec"]["forProvider"]
+        assert (association["namespace"], association["serviceAccount"]) == (namespace, account)
+        assert association["clusterName"] == "prod"
+        key = {"vpc-cni-role": "vpcCni", "ebs-role": "ebs", "lbc-role": "loadBalancerController"}[node]
+        assert association["roleArn"] == world.xr["status"]["roleARNs"][key]
+        assert "disableSessionTags" not in association  # the conditions need the session tags
+        release, path = RELEASE_OF_ROLE[node]
+        values = world.composed[release].obj["spec"]["forProvider"]["values"]
+        for key in path:
+            values = values[key]
+        assert values == {"name": account}
+    assert not any(n.startswith("irsa-") for n in world.composed)
+    assert "pod-identity-webhook-release" not in world.composed
+    assert "cert-manager-release" not in world.composed
+    assert "issuerURL" not in world.xr["status"] and "oidcProviderARN" not in world.xr["status"]
+
+
+def test_the_pod_identity_trust_rule_catches_a_role_for_any_service_account() -> None:
+    """Control: a Pod Identity trust policy without the service-account condition (Upbound's
+    shape, which any association in the account could use) fails the exact-shape rule."""
+    from tests.test_iam_lint import Doc, trust_problems
+
+    world = _final("eks-pod-identity")
+    text = world.composed["ebs-role"].obj["spec"]["forProvider"]["assumeRolePolicy"]
+    ctx = (("bucket", ""), ("eks_cluster", "prod"), ("issuer", ""), ("provider", ""), ("region", "us-west-2"))
+    assert trust_problems(Doc("eks-pod-identity", "ebs-role", "trust", text, ctx)) == []
+    doc = json.loads(text)
+    del doc["Statement"][0]["Condition"]["StringEquals"]["aws:RequestTag/kubernetes-service-account"]
+    assert trust_problems(Doc("eks-pod-identity", "ebs-role", "trust", json.dumps(doc), ctx))
+    doc["Statement"][0].pop("Condition")
+    assert trust_problems(Doc("eks-pod-identity", "ebs-role", "trust", json.dumps(doc), ctx))

@@ -113,7 +113,7 @@ def _driver_usages(driver: str, release: Release, role: Role) -> tuple[Usage, ..
         cni.needed_by(
             release.node, f"pods of the {driver} CSI driver need the CNI until they are gone"
         ),
-        *iam.role_usages(role),
+        *iam.role_usages(role, release.node),
     )
 
 

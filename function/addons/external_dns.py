@@ -138,6 +138,6 @@ ADDON = Addon(
     usages=(
         Usage(RELEASE.node, ROLE.node, "external-dns uses this role until it is uninstalled"),
         cni.needed_by(RELEASE.node, "external-dns needs the CNI until it is gone"),
-        *iam.role_usages(ROLE),
+        *iam.role_usages(ROLE, RELEASE.node),
     ),
 )

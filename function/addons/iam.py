@@ -3,6 +3,10 @@
 The role trusts exactly the ServiceAccount its ``Release`` declares, in that
 release's namespace, through the cluster's OIDC provider (``irsa``), for the
 ``sts.amazonaws.com`` audience; it gets the one policy its ``Role`` declares.
+With ``irsa.mode: PodIdentity`` (EKS) it trusts ``pods.eks.amazonaws.com`` instead,
+for that one ServiceAccount of this cluster as the session tags name them, and a
+PodIdentityAssociation (``<role>-association``) binds the two; the chart's
+ServiceAccount then carries no role annotation.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from function.addons import ccm, cni, irsa, security_groups
+from function.addons import ccm, cni, irsa, pod_identity, security_groups
 from function.graph import (
     Addon,
     Ctx,
@@ -24,7 +28,7 @@ from function.graph import (
     control_plane_available,
 )
 from function.names import CLUSTER_TAG, IAM_PATH
-from function.policies import managed_policy_arn, trust_policy
+from function.policies import managed_policy_arn, pod_identity_trust_policy, trust_policy
 from function.spec import IRSAMode
 
 ADDON_TAG = "clusterplugin.dev/addon"
@@ -39,30 +43,65 @@ def tags(ctx: Ctx, addon: str) -> dict[str, str]:
 
 
 def role_arn(ctx: Ctx, role: Role) -> str | None:
-    """The role's ARN for its release's ServiceAccount annotation (None: IRSA Disabled)."""
-    return None if ctx.irsa is IRSAMode.DISABLED else ctx.arn_of(role.node)
+    """The role's ARN for its release's ServiceAccount annotation.
+
+    None when IRSA is Disabled, and with Pod Identity: a leftover annotation would keep
+    IRSA in use (the SDKs' credential chain takes a web identity first).
+    """
+    if ctx.irsa in (IRSAMode.DISABLED, IRSAMode.POD_IDENTITY):
+        return None
+    return ctx.arn_of(role.node)
 
 
-@functools.cache  # one per add-on: the nodes are made once
-def role_nodes(addon: Addon) -> tuple[Node, ...]:
-    """The add-on's policy (when its own), role and attachment."""
+def _trust(ctx: Ctx, namespace: str, service_account: str) -> tuple[str, str]:
+    """(trust policy, how the role is reached) for the mode."""
+    if ctx.irsa is IRSAMode.POD_IDENTITY:
+        policy = pod_identity_trust_policy(
+            ctx.partition,
+            ctx.region,
+            pod_identity.eks_cluster_name(ctx),
+            namespace,
+            service_account,
+        )
+        return policy, "EKS Pod Identity"
+    provider = irsa.provider_arn(ctx)
+    return trust_policy(provider, ctx.issuer_host_path(), namespace, service_account), "IRSA"
+
+
+@functools.cache  # one per add-on and mode: the nodes are made once
+def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, ...]:
+    """The add-on's policy (when its own), role and attachment (and Pod Identity association)."""
     role, release = addon.role, addon.release
     assert role is not None and release is not None  # noqa: S101  # only for add-ons with both
     namespace, service_account = release.namespace, release.service_account
 
     def role_body(ctx: Ctx) -> dict[str, Any]:
+        policy, how = _trust(ctx, namespace, service_account)
         return ctx.flavour.managed(
             "Role",
             {
-                "assumeRolePolicy": trust_policy(
-                    irsa.provider_arn(ctx), ctx.issuer_host_path(), namespace, service_account
-                ),
+                "assumeRolePolicy": policy,
                 "path": IAM_PATH,
-                "description": f"IRSA role of {namespace}/{service_account} in cluster "
+                "description": f"{how} role of {namespace}/{service_account} in cluster "
                 f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
                 "tags": tags(ctx, role.iam_name),
             },
             external_name=ctx.names.role(role.iam_name),
+        )
+
+    def association(ctx: Ctx) -> dict[str, Any]:
+        # Session tags stay on (disableSessionTags unset): the trust policy's conditions
+        # are on them.
+        return ctx.flavour.managed(
+            pod_identity.ASSOCIATION_KIND,
+            {
+                "region": ctx.region,
+                "clusterName": pod_identity.eks_cluster_name(ctx),
+                "namespace": namespace,
+                "serviceAccount": service_account,
+                "roleArn": ctx.arn_of(role.node),
+                "tags": tags(ctx, role.iam_name),
+            },
         )
 
     custom = role.policy
@@ -82,7 +121,7 @@ def role_nodes(addon: Addon) -> tuple[Node, ...]:
             {"role": ctx.names.role(role.iam_name), "policyArn": policy_arn(ctx)},
         )
 
-    nodes = (
+    nodes: tuple[Node, ...] = (
         Node(role.node, role_body, (irsa.oidc_ready,)),
         Node(
             role.attachment,
@@ -90,6 +129,13 @@ def role_nodes(addon: Addon) -> tuple[Node, ...]:
             (after(role.node),) if custom is None else (after(role.node), after(custom.node)),
         ),
     )
+    if pod_identity_mode:
+        # After the agent: a pod associated on a node without it gets no credentials
+        # (aws-node has been seen to crash-loop silently then).
+        nodes = (
+            *nodes,
+            Node(role.association, association, (after(role.node), pod_identity.agent_ready)),
+        )
     if custom is None:
         return nodes
 
@@ -108,11 +154,18 @@ def role_nodes(addon: Addon) -> tuple[Node, ...]:
     return (Node(custom.node, policy, (irsa.oidc_ready,)), *nodes)
 
 
-def role_usages(role: Role) -> tuple[Usage, ...]:
-    """Deletion order of a role: attachment before role (and its policy), role before provider."""
+def role_usages(role: Role, release: str) -> tuple[Usage, ...]:
+    """Deletion order of a role and of ``release``, which uses it.
+
+    Attachment before role (and its policy), role before provider; with Pod Identity
+    the release before its association and the agent, the association before the role.
+    """
     usages = (
         Usage(role.attachment, role.node, "a role with attached policies cannot be deleted"),
         Usage(role.node, irsa.OIDC_PROVIDER, "the role trusts this OIDC provider"),
+        Usage(release, role.association, "its pods get their credentials through this association"),
+        Usage(release, pod_identity.AGENT.node, "its pods get their credentials from the agent"),
+        Usage(role.association, role.node, "the association names this role"),
     )
     if role.policy is None:
         return usages
@@ -124,12 +177,19 @@ def role_usages(role: Role) -> tuple[Usage, ...]:
 
 @functools.cache
 def role_ready(role: Role) -> Gate:
-    """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled)."""
+    """Gate: an add-on's role and its policy attachment are ready (unless IRSA is Disabled).
+
+    With Pod Identity also its association and the agent: EKS injects credentials only
+    into pods created after both.
+    """
     ready = after(role.node, role.attachment)
+    associated = after(role.association)
 
     def gate(ctx: Ctx) -> Wait | None:
         if ctx.irsa is IRSAMode.DISABLED:
             return None
+        if ctx.irsa is IRSAMode.POD_IDENTITY:
+            return ready(ctx) or associated(ctx) or pod_identity.agent_ready(ctx)
         return ready(ctx)
 
     return gate
@@ -151,7 +211,7 @@ def plugin(ctx: Ctx, addon: Addon, release: Node, spec: Any) -> Plugin:
     """The add-on's plugin: its role's nodes (unless IRSA is Disabled), release, port rules."""
     nodes: tuple[Node, ...] = (release,)
     if ctx.irsa is not IRSAMode.DISABLED:
-        nodes = (*role_nodes(addon), release)
+        nodes = (*role_nodes(addon, pod_identity_mode=ctx.irsa is IRSAMode.POD_IDENTITY), release)
     needs = addon.ports(spec)
     if needs:
         nodes = (*nodes, *security_groups.nodes(ctx, needs))

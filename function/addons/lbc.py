@@ -116,6 +116,6 @@ ADDON = Addon(
             "the load balancer controller uses this role until it is uninstalled",
         ),
         cni.needed_by(RELEASE.node, "the load balancer controller needs the CNI until it is gone"),
-        *iam.role_usages(ROLE),
+        *iam.role_usages(ROLE, RELEASE.node),
     ),
 )

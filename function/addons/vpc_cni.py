@@ -94,6 +94,6 @@ ADDON = Addon(
     ports=ports,
     usages=(
         Usage(RELEASE.node, ROLE.node, "aws-node uses this role until it is uninstalled"),
-        *iam.role_usages(ROLE),
+        *iam.role_usages(ROLE, RELEASE.node),
     ),
 )

@@ -81,7 +81,9 @@ class Report:
             "phase": self.phase.value,
             "irsaMode": irsa.value,
             "bucket": t.names.issuer_bucket if irsa is IRSAMode.SELF_HOSTED else None,
-            "issuerURL": t.issuer_url if irsa is not IRSAMode.DISABLED else None,
+            "issuerURL": (
+                t.issuer_url if irsa not in (IRSAMode.DISABLED, IRSAMode.POD_IDENTITY) else None
+            ),
             "checks": [c.to_dict() for c in self.checks],
             "summary": self.summary(),
         }
@@ -204,6 +206,27 @@ def run(
         return report
 
 
+def _external(report: Report, clients: Clients, account: str) -> str:
+    """External IRSA: the provider's check; its ARN ("" when not known)."""
+    target = report.target
+    external = external_issuer(target.spec, target.facts)
+    if external is None:
+        report.checks.append(
+            Check(
+                "oidc-provider",
+                Status.FAIL,
+                "spec.irsa leaves issuerURL and oidcProviderARN to the AWSManagedControlPlane, "
+                "whose status.oidcProvider.arn is not known",
+                "pass the AWSManagedControlPlane with --required once CAPA created the provider",
+            )
+        )
+        return ""
+    report.checks.append(
+        check_external_oidc_provider(clients.iam, external[1], target.issuer_host_path, account)
+    )
+    return external[1]
+
+
 def _run(report: Report, clients: Clients, phase: Phase, live: cf.Fetch | None) -> Report:
     target = report.target
     cred, account = check_credentials(clients.sts)
@@ -220,28 +243,16 @@ def _run(report: Report, clients: Clients, phase: Phase, live: cf.Fetch | None) 
         why = "IRSA is Disabled" if mode is IRSAMode.DISABLED else "no add-on needs an IAM role"
         msg = f"{why}: no bucket, OIDC provider or roles are composed"
         report.checks.append(Check("irsa", Status.PASS, msg))
+    elif mode is IRSAMode.POD_IDENTITY:
+        msg = "EKS Pod Identity: no bucket or OIDC provider; roles trust pods.eks.amazonaws.com"
+        report.checks.append(Check("irsa", Status.PASS, msg))
     elif mode is IRSAMode.SELF_HOSTED:
         after = _self_hosted(report, clients, account, phase)
         if live is not None:
             report.checks.append(cf.check_live(live, target.issuer_url))
         provider_arn = provider_arn_for(target.partition, account, target.issuer_host_path)
-    elif (external := external_issuer(spec, target.facts)) is None:
-        report.checks.append(
-            Check(
-                "oidc-provider",
-                Status.FAIL,
-                "spec.irsa leaves issuerURL and oidcProviderARN to the AWSManagedControlPlane, "
-                "whose status.oidcProvider.arn is not known",
-                "pass the AWSManagedControlPlane with --required once CAPA created the provider",
-            )
-        )
     else:
-        provider_arn = external[1]
-        report.checks.append(
-            check_external_oidc_provider(
-                clients.iam, provider_arn, target.issuer_host_path, account
-            )
-        )
+        provider_arn = _external(report, clients, account)
     report.phase = Phase.AFTER if after else Phase.BEFORE
     if provider_arn:
         for addon in addon_roles(spec):

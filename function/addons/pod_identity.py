@@ -1,0 +1,165 @@
+"""EKS Pod Identity (``spec.irsa.mode: PodIdentity``): the eks-pod-identity-agent.
+
+Wanted when the mode is PodIdentity and an add-on needs an IAM role. EKS injects a pod's
+credentials when the pod is created, and the agent on its node hands them out: every
+add-on with a role starts after the agent (``agent_ready``) and after its own
+association (``iam``), or it would run without credentials until restarted.
+
+The agent is either a Helm Release of the eks-pod-identity-agent chart
+(``charts.podIdentityAgent``: upstream publishes it in no Helm repository, so it is a
+mirror of the user's), or, when the AWSManagedControlPlane lists the EKS add-on
+``eks-pod-identity-agent`` in ``spec.addons``, CAPA's, waited for until CAPA reports it
+ACTIVE. Never an EKS ``Addon`` managed resource: CAPA deletes every managed add-on its
+``spec.addons`` does not list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from function import structs
+from function.addons.helm import release
+from function.cluster import ClusterFacts
+from function.graph import (
+    Addon,
+    Ctx,
+    MissingFactError,
+    Plugin,
+    Release,
+    Wait,
+    after,
+    control_plane_initialized,
+)
+from function.names import partition_of
+from function.spec import Charts, ChartSource, IRSAMode
+
+EKS_ADDON = "eks-pod-identity-agent"
+# Pod Identity is not offered in the China regions (EKS user guide, docs.amazonaws.cn:
+# "Pod Identity is not available in China Regions. Use IAM roles for service accounts").
+NO_POD_IDENTITY = {"aws-cn": "EKS Pod Identity is not available in the China regions"}
+# EKS's status of a managed add-on that runs.
+ACTIVE = "ACTIVE"
+ASSOCIATION_KIND = "PodIdentityAssociation"
+
+
+def _chart(charts: Charts) -> ChartSource:
+    if charts.pod_identity_agent is None:
+        # accept.refuse has refused this XR already: never reached.
+        raise MissingFactError(
+            Wait("input.charts.podIdentityAgent", "no chart source for the agent", blocked=True)
+        )
+    return charts.pod_identity_agent
+
+
+AGENT = Release(
+    "pod-identity-agent-release",
+    _chart,
+    namespace="kube-system",
+    name=EKS_ADDON,
+    wait=True,
+)
+
+
+def eks_cluster_name(ctx: Ctx) -> str:
+    """The name EKS knows the cluster by (AWSManagedControlPlane spec.eksClusterName)."""
+    name = ctx.facts.eks_cluster_name
+    if not name:
+        raise MissingFactError(
+            Wait(
+                "AWSManagedControlPlane spec.eksClusterName",
+                "the EKS cluster's name is not known yet (CAPA's webhook defaults it)",
+            )
+        )
+    return name
+
+
+def agent(ctx: Ctx) -> dict[str, Any]:
+    """The eks-pod-identity-agent DaemonSet (host network, every Linux node)."""
+    return release(
+        ctx,
+        AGENT,
+        values={"clusterName": eks_cluster_name(ctx), "env": {"AWS_REGION": ctx.region}},
+    )
+
+
+def by_capa(facts: ClusterFacts) -> bool:
+    """Whether CAPA installs the agent (the AWSManagedControlPlane's spec.addons lists it)."""
+    return EKS_ADDON in facts.eks_addons
+
+
+def wanted(ctx: Ctx) -> bool:
+    """Whether this XR uses Pod Identity for at least one add-on role."""
+    return ctx.irsa is IRSAMode.POD_IDENTITY and ctx.wants_irsa
+
+
+# The agent runs on the host network: it waits for neither the CNI nor the CCM.
+_AGENT = AGENT.as_node(agent, (control_plane_initialized,))
+_AGENT_READY = after(AGENT.node)
+
+
+def plugin(ctx: Ctx) -> Plugin | None:
+    """The agent plugin: its Release, or nothing of its own when CAPA installs it."""
+    if not wanted(ctx):
+        return None
+    if by_capa(ctx.facts):
+        note = f"the {EKS_ADDON} is the EKS add-on CAPA installs (AWSManagedControlPlane)"
+        return Plugin(ADDON.name, (), note=note)
+    return Plugin(ADDON.name, (_AGENT,))
+
+
+def status(ctx: Ctx) -> Mapping[str, Any]:
+    """status.podIdentityCluster while an association exists (read by the rule on mode changes)."""
+    for item in ctx.observed.resources.values():
+        obj = item.resource
+        if structs.str_at(obj, "kind") == ASSOCIATION_KIND:
+            cluster = structs.str_at(obj, "spec", "forProvider", "clusterName")
+            if cluster:
+                return {"podIdentityCluster": cluster}
+    return {}
+
+
+def agent_ready(ctx: Ctx) -> Wait | None:
+    """Gate: the agent runs (Pod Identity only): its Release is ready, or CAPA's add-on ACTIVE."""
+    if ctx.irsa is not IRSAMode.POD_IDENTITY:
+        return None
+    if not by_capa(ctx.facts):
+        return _AGENT_READY(ctx)
+    status = ctx.facts.eks_addons.get(EKS_ADDON, "")
+    if status == ACTIVE:
+        return None
+    return Wait(
+        f"EKS add-on {EKS_ADDON} ACTIVE",
+        f"CAPA reports the {EKS_ADDON} add-on {status or 'not yet'} "
+        "(AWSManagedControlPlane status.addons)",
+        reason="EKS add-on",
+    )
+
+
+def cluster_problem(mode: IRSAMode, facts: ClusterFacts, region: str, charts: Charts) -> str | None:
+    """Why this cluster cannot have Pod Identity (a FATAL on spec.irsa.mode), or None."""
+    if mode is not IRSAMode.POD_IDENTITY:
+        return None
+    if facts.control_plane_kind and not facts.eks:
+        return (
+            f"PodIdentity needs an EKS control plane (AWSManagedControlPlane); this cluster's is "
+            f"a {facts.control_plane_kind}, where EKS Pod Identity does not exist: use IRSA "
+            "(mode SelfHosted)"
+        )
+    partition = partition_of(region).name if region else ""
+    if partition in NO_POD_IDENTITY:
+        return (
+            f"{NO_POD_IDENTITY[partition]} ({region} is in {partition}): use IRSA (mode "
+            "External with the EKS cluster's issuer)"
+        )
+    if facts.control_plane_found and charts.pod_identity_agent is None and not by_capa(facts):
+        return (
+            f"PodIdentity needs the {EKS_ADDON} on the nodes: list the EKS add-on "
+            f"{EKS_ADDON} in the AWSManagedControlPlane's spec.addons, or give the step "
+            "input's charts.podIdentityAgent (the chart has no public Helm repository: mirror "
+            "it into one of your own)"
+        )
+    return None
+
+
+ADDON = Addon("pod-identity-agent", plugin, title="the EKS Pod Identity agent", status=status)
