@@ -16,9 +16,11 @@ loopback, ``localhost:5000/function-cluster-plugin``, and function/__version__.p
   VERSION, so that each ``dependsOn`` names ``REGISTRY/function-cluster-plugin`` at
   ``vVERSION`` and each Composition calls the Function by the name Crossplane gives that
   dependency (function/packaging.py);
-- ``install/``: what a user applies: the Configuration of each flavour pointing at
-  REGISTRY, the production wiring of the Function (examples/production/function.yaml, for
-  this registry's Function name) and the ClusterRoles of apis/rbac/;
+- ``install/``: what a user applies: per flavour (``namespaced/``, ``legacy/``) the
+  ClusterRole of apis/rbac/ and the Configuration pointing at REGISTRY, and below it
+  (``provider-config/``) the AWS provider config with IRSA; beside them the production wiring
+  of the Function (examples/production/function.yaml, for this registry's Function name)
+  and the optional ClusterRoles of apis/rbac/;
 - ``release.json``: every file with its size and sha256; for each package its reference,
   the digest of its image config and the manifest digest ``crossplane xpkg push`` gives it;
   the push commands.
@@ -64,7 +66,7 @@ from typing import Any
 import yaml
 
 from function import apigen
-from function.flavour import XR_TYPES
+from function.flavour import KINDS, XR_TYPES, XRType
 from function.packaging import (
     FUNCTION_PACKAGE,
     HOME_SOURCE,
@@ -75,6 +77,7 @@ from function.packaging import (
     SourceError,
     object_name,
 )
+from function.spec import StepInput
 from scripts import build_image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -526,13 +529,50 @@ def production_function(source: PackageSource) -> str:
     return text
 
 
+# install/<folder>/ per flavour: what one `kubectl apply -f` of the folder installs.
+FLAVOUR_FOLDERS = {True: "namespaced", False: "legacy"}
+# Below the flavour's folder, so `kubectl apply -f install/<flavour>/` (not recursive) leaves
+# it out: its CRD exists only once the providers are installed.
+PROVIDER_CONFIG_FOLDER = "provider-config"
+CLUSTER_ROLE = "clusterrole.yaml"
+
+
+def flavour_folder(xr: XRType) -> str:
+    """The folder under ``install/`` holding what a user applies for ``xr``'s flavour."""
+    return FLAVOUR_FOLDERS[xr.namespaced]
+
+
+def aws_provider_config(xr: XRType) -> dict[str, Any]:
+    """The AWS provider config the Composition's resources name by default, with IRSA.
+
+    The group is the one of the flavour's composed AWS kinds (``aws.m.upbound.io`` for
+    namespaced managed resources, ``aws.upbound.io`` for legacy ones); namespaced ones name
+    the step input's default kind, legacy ones a ProviderConfig.
+    """
+    ref = StepInput().aws_provider_config
+    group = KINDS["Role"][1 if xr.namespaced else 0].split("/")[0].partition(".")[2]
+    return {
+        "apiVersion": f"{group}/v1beta1",
+        "kind": ref.kind if xr.namespaced else "ProviderConfig",
+        "metadata": {"name": ref.name},
+        "spec": {"credentials": {"source": "IRSA"}},
+    }
+
+
 def install_files(source: PackageSource) -> dict[str, str]:
-    """What a user applies, by path under ``install/``."""
+    """What a user applies, by path under ``install/``.
+
+    Per flavour, ``<flavour>/`` holds the RBAC and the Configuration (one ``kubectl apply -f``
+    of the folder), and ``<flavour>/provider-config/`` the AWS provider config with IRSA,
+    applied once the Configuration is healthy. Beside them: the Function's production wiring
+    (``function.yaml``) and the optional ClusterRoles of apis/rbac/.
+    """
     files = {}
     providers = ", ".join(f"{name} {tag}" for name, tag in PROVIDERS)
+    rbac = {path.name: path.read_text(encoding="utf-8") for path in sorted(RBAC.glob("*.yaml"))}
     for xr in XR_TYPES:
         package = apigen.configuration_package(xr)
-        file = package.name.replace("configuration-cluster-plugin", "configuration") + ".yaml"
+        folder = flavour_folder(xr)
         body = {
             "apiVersion": "pkg.crossplane.io/v1",
             "kind": "Configuration",
@@ -541,16 +581,29 @@ def install_files(source: PackageSource) -> dict[str, str]:
         }
         header = (
             f"{package.description}\n\n"
-            f"kubectl apply -f clusterrole.yaml -f {file} (one of the two Configurations: they "
-            "define the same kind). Crossplane then installs "
-            f"{source.function_package} {source.tag} as the Function {source.function_name}, the "
-            f"name the Composition calls, and from {PROVIDER_REGISTRY}: {providers}. Where those "
-            "cannot be fetched, see the README's quick start (spec.skipDependencyResolution)."
+            f"kubectl apply -f install/{folder}/ (one flavour only: both define the same kind). "
+            f"Crossplane then installs {source.function_package} {source.tag} as the Function "
+            f"{source.function_name}, the name the Composition calls, and from "
+            f"{PROVIDER_REGISTRY}: {providers} (unless they are installed already: aws "
+            "provider-role prints the AWS ones using the providers' IRSA role). Where those "
+            "cannot be fetched, see the README (spec.skipDependencyResolution)."
         )
-        files[file] = apigen.to_yaml(body, header)
+        files[f"{folder}/configuration.yaml"] = apigen.to_yaml(body, header)
+        files[f"{folder}/{CLUSTER_ROLE}"] = rbac[CLUSTER_ROLE]
+        config = aws_provider_config(xr)
+        header = (
+            f"The provider config of the composed AWS resources ({config['kind']} "
+            f"{config['metadata']['name']}, the step input's awsProviderConfig default), with "
+            "the providers' IRSA role (aws provider-role). Its CRD comes with the providers: "
+            f"apply it once configuration/{package.name} is Healthy."
+        )
+        files[f"{folder}/{PROVIDER_CONFIG_FOLDER}/provider-config.yaml"] = apigen.to_yaml(
+            config, header
+        )
     files["function.yaml"] = production_function(source)
-    for rbac in sorted(RBAC.glob("*.yaml")):
-        files[rbac.name] = rbac.read_text(encoding="utf-8")
+    for name, text in rbac.items():
+        if name != CLUSTER_ROLE:
+            files[name] = text
     return files
 
 

@@ -8,28 +8,44 @@
 - Every module of ``function/`` is listed under "The modules", and has a layer in "The layers"
   that its imports respect.
 - Every repository path, ``make`` target and ``function-cluster-plugin`` subcommand and flag the
-  README, SECURITY.md and docs/ name exists.
+  README, SECURITY.md and docs/ name exists; every ``function-cluster-plugin`` command line they
+  and the examples' comments show parses with the CLI, and runs (exit 0) where it reads only
+  the checkout's files.
+- The README's install checklist is at most eight steps of one command each, with no YAML to
+  edit; it applies what ``make release`` writes, and generates the cluster the template values
+  are for. The opening names the three paths and what ``make e2e`` needs; the table of contents
+  links every section.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import fnmatch
+import io
+import os
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
+import yaml
+from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import accept, plan, registry
+from function import accept, apigen, plan, registry
 from function.accept import Accepted
 from function.cluster import ClusterFacts
+from function.flavour import LEGACY_XR, NAMESPACED_XR
 from function.graph import Ctx, Node, Observed, Readiness
 from function.main import cli
+from function.spec import StepInput
+from tests import readme
+from tests.readme import README
 from tests.scenarios import example
 from tests.test_layers import _graph
 
@@ -455,3 +471,259 @@ def test_the_layer_table_is_the_import_graph() -> None:
         if m not in packages and (layer(d) or 0) > (layer(m) or 0)
     ]
     assert upward == []
+
+
+# --- every command line shown, parsed (and run where it reads only local files) ----------------
+
+EXAMPLES = ROOT / "examples"
+# Commands that read only local files and write only to stdout: shown with real files, they run.
+RUNS_LOCALLY = {
+    ("render",),
+    ("simulate",),
+    ("issuer",),
+    ("template-values",),
+    ("aws", "provider-policy"),
+    ("aws", "shared-bucket-policy"),
+    ("aws", "provider-role"),
+}
+_SHELL_END = re.compile(r"\s(?:\||>|&&|;)\s|\)\"|`")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    where: str
+    base: Path  # what its relative paths are relative to
+    line: str  # from "function-cluster-plugin" to the end of the command
+
+
+def _shown_in(text: str, where: str, base: Path) -> list[Shown]:
+    out = []
+    for span in _code_spans(text):
+        for m in re.finditer(r"function-cluster-plugin (?=[a-z])", span):
+            rest = span[m.end() :]
+            end = _SHELL_END.search(rest)
+            out.append(Shown(where, base, rest[: end.start()] if end else rest))
+    return out
+
+
+def _example_comments() -> list[Shown]:
+    """Commands in the examples' comments: in backticks, or a comment line of its own (run in
+    the example's folder, as its functions.yaml says)."""
+    out = []
+    for path in sorted(EXAMPLES.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = str(path.relative_to(ROOT))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            comment = line.partition("#")[2].strip() if "#" in line else ""
+            if "function-cluster-plugin " not in comment:
+                continue
+            if "`" in comment:
+                out += _shown_in(comment, rel, ROOT)
+            elif comment.startswith("function-cluster-plugin "):
+                out += _shown_in(f"`{comment}`", rel, path.parent)
+    return out
+
+
+def _everything_shown() -> list[Shown]:
+    shown = []
+    for doc in DOCS:
+        shown += _shown_in(doc.read_text(encoding="utf-8"), doc.name, ROOT)
+    return shown + _example_comments()
+
+
+def _is_placeholder(value: str) -> bool:
+    return "/" not in value or value.startswith(("<", "~")) or "<" in value
+
+
+def _parse(shown: Shown) -> tuple[tuple[str, ...], list[str] | None, str | None]:  # noqa: PLR0911
+    """(the subcommand, its arguments when they can be taken literally, a problem).
+
+    A subcommand named without arguments is a mention in a sentence, not a command line.
+    """
+    try:
+        words = shlex.split(shown.line, comments=True)
+    except ValueError as err:
+        return (), None, f"not a shell line: {err}"
+    found = _command(words)
+    if found is None:
+        return (), None, None if words and words[0] != "serve" else "no such command"
+    command, args = found
+    path = tuple(words[: len(words) - len(args)])
+    if not args:
+        return path, None, None
+    if any(a.startswith("[") or "..." in a or a.startswith("<") for a in args):
+        return path, None, None  # a synopsis: its flags are checked by name above
+    try:
+        with _chdir(shown.base), contextlib.redirect_stdout(io.StringIO()):
+            command.make_context(" ".join(path), list(args))
+    except click.exceptions.Exit:
+        return path, None, None  # --help
+    except click.BadParameter as err:
+        message = err.format_message()
+        bad = re.search(r"'([^']+)' does not exist", message)
+        if bad and _is_placeholder(bad.group(1)):
+            return path, None, None  # a file of your own (xr.yaml), not one of the checkout
+        return path, None, message
+    except click.UsageError as err:
+        return path, None, err.format_message()
+    return path, args, None
+
+
+@contextlib.contextmanager
+def _chdir(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def test_every_command_line_shown_parses_with_the_cli() -> None:
+    shown = _everything_shown()
+    where = {s.where for s in shown}
+    assert "README.md" in where and any(w.startswith("examples/") for w in where)
+    problems = [f"{s.where}: {s.line}: {p}" for s in shown for _, _, p in [_parse(s)] if p]
+    assert problems == []
+
+
+def test_every_command_line_shown_with_the_checkouts_files_runs() -> None:
+    """Those that read only local files run as shown, from where they are shown, and exit 0."""
+    ran = []
+    problems = []
+    seen = set()
+    for shown in _everything_shown():
+        path, args, _ = _parse(shown)
+        if args is None or path not in RUNS_LOCALLY or "--create" in args:
+            continue
+        key = (shown.base, path, tuple(args))
+        if key in seen:
+            continue
+        seen.add(key)
+        with _chdir(shown.base):
+            result = CliRunner().invoke(cli, [*path, *args])
+        if result.exit_code != 0:
+            problems.append(
+                f"{shown.where}: {shown.line}: exit {result.exit_code}: {result.output[-300:]}"
+            )
+        ran.append(shown.line)
+    assert problems == []
+    assert len(ran) >= 8, ran  # guards the search
+
+
+# --- the install checklist -------------------------------------------------------------------
+
+
+def test_the_install_checklist_is_at_most_eight_steps_of_one_command_each() -> None:
+    numbers = [n for n, _ in readme.steps()]
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert 1 <= len(numbers) <= 8
+    commands = readme.step_commands()
+    assert [len(c) for c in commands] == [1] * len(numbers), commands
+    # No YAML to write or edit: the checklist shows none.
+    assert "```yaml" not in readme.checklist()
+
+
+def test_the_checklist_applies_what_the_release_writes() -> None:
+    from function.packaging import HOME_SOURCE
+    from scripts import release
+
+    files = release.install_files(HOME_SOURCE)
+    text = readme.checklist()
+    versions = {m.group("version") for m in readme.RELEASE_INSTALL.finditer(text)}
+    assert versions == {HOME_SOURCE.version}
+    applied, listed = readme.install_commands()
+    namespaced = release.flavour_folder(NAMESPACED_XR)
+    assert applied == [f"{namespaced}/", f"{namespaced}/{release.PROVIDER_CONFIG_FOLDER}/"]
+    for folder in applied:
+        kinds = {
+            d["kind"]
+            for f, body in files.items()
+            if f.rpartition("/")[0] + "/" == folder
+            for d in yaml.safe_load_all(body)
+            if d
+        }
+        assert kinds, f"install/{folder} holds no file of the release"
+    assert kinds == {StepInput().aws_provider_config.kind}
+    legacy = f"install/{release.flavour_folder(LEGACY_XR)}/ instead of install/{namespaced}/"
+    assert legacy in " ".join(text.replace("`", "").split())
+    assert listed == ["configuration", "function", "provider"]
+    # The wait of step 4 names the Configuration step 3 applies.
+    configuration = apigen.configuration_package(NAMESPACED_XR).name
+    assert f"configuration/{configuration} " in text
+
+
+def test_the_checklist_generates_the_cluster_the_template_values_are_for() -> None:
+    """template-values and clusterctl name the same cluster and namespace, every variable the
+    template needs without a default is set by one of them or clusterctl, and the wait names
+    the ClusterPlugin the template makes."""
+    from function import template_values
+
+    commands = [c for (c,) in readme.step_commands()]
+    (values,) = [
+        shlex.split(c.split('"$(')[1].rstrip(')"')) for c in commands if "template-values" in c
+    ]
+    (generate,) = [c for c in commands if "clusterctl generate cluster" in c]
+    words = shlex.split(generate.split("|")[0])
+    env = {w.split("=")[0] for w in words if re.fullmatch(r"[A-Z_]+=\S*", w)}
+    words = [w for w in words if not re.fullmatch(r"[A-Z_]+=\S*", w)]
+    cluster, namespace = (
+        values[values.index("template-values") + 1],
+        values[values.index("--namespace") + 1],
+    )
+    assert words[3] == cluster
+    assert words[words.index("--target-namespace") + 1] == namespace
+    assert words[words.index("--from") + 1] == template_values.TEMPLATE
+    template = (ROOT / template_values.TEMPLATE).read_text()
+    needed = set(re.findall(r"\$\{([A-Z_]+)\}", template))
+    clusterctl = {
+        "CLUSTER_NAME",
+        "NAMESPACE",
+        "KUBERNETES_VERSION",
+        "CONTROL_PLANE_MACHINE_COUNT",
+        "WORKER_MACHINE_COUNT",
+    }
+    given = (
+        env
+        | clusterctl
+        | set(template_values.TemplateValues.__dataclass_fields__ and _template_variables())
+    )
+    assert sorted(needed - given) == []
+    assert f"clusterplugin/{cluster} -n {namespace}" in commands[-1]
+
+
+def _template_variables() -> set[str]:
+    from function import template_values
+
+    values = template_values.compute("team-a", "demo", "us-east-1")
+    return set(values.variables())
+
+
+def test_the_opening_names_the_three_paths_and_what_make_e2e_needs() -> None:
+    from scripts import system_packages
+
+    text = README.read_text(encoding="utf-8")
+    opening = text[: text.index("\n## Contents")]
+    for command in ("make demo", "make test", "make e2e", "#install-on-a-cluster"):
+        assert command in opening, command
+    assert opening.index("make demo") < opening.index("make e2e")
+    e2e = opening[opening.index("\n`make e2e` (contributors") :].lstrip()
+    paragraph = (e2e + "\n\n")[: (e2e + "\n\n").index("\n\n")]
+    assert "Go 1.26" in paragraph
+    assert "scripts/system_packages.py" in paragraph
+    for package in set(system_packages.NEEDS["e2e"].values()):
+        assert f"`{package}`" in paragraph, package
+
+
+def test_the_table_of_contents_links_every_section() -> None:
+    text = README.read_text(encoding="utf-8")
+    headings = [h for h in _sections(text) if text.count(f"\n## {h}\n")]
+    contents = _sections(text)["Contents"]
+    anchors = set(re.findall(r"\]\(#([\w-]+)\)", contents))
+
+    def anchor(heading: str) -> str:
+        return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+    assert sorted(anchors - {anchor(h) for h in headings}) == []
+    assert sorted(anchor(h) for h in headings if h != "Contents" and anchor(h) not in anchors) == []

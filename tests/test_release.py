@@ -324,8 +324,8 @@ def test_package_contents_may_differ_from_the_root_by_a_zero_status_only(tmp_pat
 
 def test_install_files_name_the_registrys_packages_and_function() -> None:
     files = release.install_files(ACME)
-    v2 = yaml.safe_load(files["configuration.yaml"])
-    v1 = yaml.safe_load(files["configuration-legacy.yaml"])
+    v2 = yaml.safe_load(files["namespaced/configuration.yaml"])
+    v1 = yaml.safe_load(files["legacy/configuration.yaml"])
     assert v2["spec"]["package"] == f"ghcr.io/acme/configuration-cluster-plugin:{ACME.tag}"
     assert v1["spec"]["package"] == f"ghcr.io/acme/configuration-cluster-plugin-legacy:{ACME.tag}"
     docs = [d for d in yaml.safe_load_all(files["function.yaml"]) if d]
@@ -333,7 +333,42 @@ def test_install_files_name_the_registrys_packages_and_function() -> None:
     assert function["metadata"]["name"] == "acme-function-cluster-plugin"
     assert function["spec"]["package"] == f"ghcr.io/acme/function-cluster-plugin:{ACME.tag}"
     assert "function-cluster-plugin-function-cluster-plugin" not in files["function.yaml"]
-    assert files["clusterrole.yaml"] == (release.RBAC / "clusterrole.yaml").read_text()
+    rbac = (release.RBAC / "clusterrole.yaml").read_text()
+    assert files["namespaced/clusterrole.yaml"] == files["legacy/clusterrole.yaml"] == rbac
+    protect = (release.RBAC / "clusterrole-protect-cluster.yaml").read_text()
+    assert files["clusterrole-protect-cluster.yaml"] == protect
+
+
+def test_one_apply_of_a_flavour_folder_installs_its_rbac_and_configuration_only() -> None:
+    """`kubectl apply -f install/<flavour>/` reads that folder's files, not its subfolders."""
+    files = release.install_files(ACME)
+    for xr in XR_TYPES:
+        folder = release.flavour_folder(xr)
+        applied = [f for f in files if f.rpartition("/")[0] == folder]
+        kinds = sorted(d["kind"] for f in applied for d in yaml.safe_load_all(files[f]) if d)
+        assert kinds == ["ClusterRole", "Configuration"], folder
+        (configuration,) = [
+            d for f in applied for d in yaml.safe_load_all(files[f]) if d and d["kind"] == "Configuration"
+        ]
+        assert configuration["metadata"]["name"] == apigen.configuration_package(xr).name
+    assert set(release.FLAVOUR_FOLDERS.values()) == {"namespaced", "legacy"}
+
+
+@pytest.mark.parametrize("xr", XR_TYPES, ids=release.flavour_folder)
+def test_the_release_creates_the_aws_provider_config_the_resources_use(xr: Any) -> None:
+    """Composed AWS resources name their provider config in their provider family's group
+    (aws.m.upbound.io for namespaced ones, aws.upbound.io for legacy ones): the kind the step
+    input names (namespaced), a ProviderConfig (legacy, which names no kind); with IRSA."""
+    files = release.install_files(ACME)
+    folder = release.flavour_folder(xr)
+    (config,) = yaml.safe_load_all(files[f"{folder}/provider-config/provider-config.yaml"])
+    group = KINDS["Role"][1 if xr.namespaced else 0].split("/")[0].partition(".")[2]
+    default = StepInput().aws_provider_config
+    assert config["apiVersion"] == f"{group}/v1beta1"
+    assert config["kind"] == (default.kind if xr.namespaced else "ProviderConfig")
+    assert config["metadata"]["name"] == default.name
+    assert config["spec"]["credentials"] == {"source": "IRSA"}
+    assert validate(config) == []
 
 
 def test_a_version_other_than_the_checkouts_is_refused_before_anything_is_built(tmp_path: Path) -> None:
@@ -364,19 +399,6 @@ def test_push_needs_a_built_release(tmp_path: Path) -> None:
 
 
 # --- The README's quick start ----------------------------------------------------------
-
-
-@pytest.mark.parametrize("namespaced", [True, False], ids=["v2", "legacy"])
-def test_the_quick_start_creates_the_aws_provider_config_the_resources_use(namespaced: bool) -> None:
-    # Composed AWS resources name their provider config in their provider family's group
-    # (aws.m.upbound.io for namespaced ones, aws.upbound.io for legacy ones): the kind the step
-    # input names (namespaced), a ProviderConfig (legacy, which names no kind).
-    group = KINDS["Role"][1 if namespaced else 0].split("/")[0].partition(".")[2]
-    default = StepInput().aws_provider_config
-    kind = default.kind if namespaced else "ProviderConfig"
-    configs = [d for d in yaml_blocks(quick_start()) if d.get("apiVersion") == f"{group}/v1beta1" and d.get("kind") == kind]
-    assert [c["metadata"]["name"] for c in configs] == [default.name]
-    assert validate(configs[0]) == []
 
 
 def test_the_quick_start_mirror_rewrites_the_providers_the_packages_depend_on() -> None:

@@ -1,14 +1,14 @@
-"""The README's quick start, carried out on a real control plane with a published release.
+"""The README's install checklist, carried out on a real control plane with a published release.
 
 The release (``make release`` and ``make release-push``: the ``published_release``
 fixture) is in a registry on loopback whose CA Crossplane trusts; each step below is the
 README's, with its files and snippets read from the release folder and the README:
 
-- ``kubectl apply -f`` of each file the install step names, from the release's
+- ``kubectl apply -f`` of the flavour's folder the install step names, from the release's
   ``install/`` folder: the ClusterRole and the flavour's Configuration (server-side apply
   of the same objects; no kubectl is built here);
 - the ``ImageConfig`` mirror of the README, pointed at the registry's stand-in providers;
-- the AWS provider config of step 4.
+- the AWS provider config of step 4 (``install/<flavour>/provider-config/``).
 
 Crossplane's package manager does the rest. With ``--package-runtime=External`` nothing
 runs a package's image: :meth:`ControlPlane.play_function_runtime` points the Function's
@@ -32,8 +32,9 @@ from e2e.controlplane.composite import conditions
 from e2e.controlplane.harness import ControlPlane, friendly_id
 from e2e.registry import PublishedRelease
 from function import apigen
-from function.flavour import XRType
+from function.flavour import NAMESPACED_XR, XRType
 from function.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
+from scripts import release
 from tests import readme
 
 PKG = "pkg.crossplane.io/v1"
@@ -92,16 +93,25 @@ class QuickStart:
     def documents(self, file: str) -> list[dict[str, Any]]:
         return [d for d in yaml.safe_load_all((self.install / file).read_text()) if d]
 
-    def _is_other_configuration(self, file: str) -> bool:
-        """A Configuration of the other flavour: the README offers both, one is applied."""
-        return any(
-            d["kind"] == "Configuration" and d["metadata"]["name"] != self.configuration_name for d in self.documents(file)
-        )
-
     def files(self) -> list[str]:
-        """What the README's install step applies for this flavour, in its order."""
+        """What the checklist's install step applies for this flavour, in its order: each
+        folder's *.yaml files, as ``kubectl apply -f FOLDER/`` reads them (not recursively).
+        The README applies ``install/namespaced/``, and ``install/legacy/`` instead for the
+        legacy flavour; the provider config (``provider-config/``) comes later, once the
+        Configuration is healthy (:meth:`provider_config`)."""
         applied, _ = readme.install_commands()
-        return [f for f in applied if not self._is_other_configuration(f)]
+        folder = release.flavour_folder(self.xr)
+        out: list[str] = []
+        for named in applied:
+            if release.PROVIDER_CONFIG_FOLDER in named.split("/"):
+                continue
+            entry = named.replace(release.flavour_folder(NAMESPACED_XR), folder, 1)
+            path = self.install / entry
+            if path.is_dir():
+                out += sorted(str(p.relative_to(self.install)) for p in path.glob("*.yaml"))
+            else:
+                out.append(entry)
+        return out
 
     def apply(self, edit: Callable[[dict[str, Any]], None] | None = None) -> None:
         """``kubectl apply -f`` of each file, ``edit`` first applied to its Configuration."""
@@ -119,11 +129,9 @@ class QuickStart:
         return image_config
 
     def provider_config(self) -> dict[str, Any]:
-        """Step 4's AWS provider config of this flavour (the group of its composed kinds)."""
-        group = "aws.m.upbound.io" if self.xr.namespaced else "aws.upbound.io"
-        (config,) = [
-            d for d in readme.yaml_blocks(readme.quick_start()) if d.get("apiVersion", "").split("/")[0] == group
-        ]
+        """Step 4's AWS provider config of this flavour, from the release's install folder."""
+        path = self.install / release.flavour_folder(self.xr) / release.PROVIDER_CONFIG_FOLDER / "provider-config.yaml"
+        (config,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
         return config
 
     # --- what Crossplane did -------------------------------------------------------------------
