@@ -99,6 +99,9 @@ ADMIN = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 TLS_ONLY = {"Bool": {"aws:SecureTransport": "false"}}
 MANAGED_ENV = "CLUSTERPLUGIN_TEST_MANAGED_POLICIES"
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
+# What EKS nodes' roles hold (CAPA's node group role): eks-auth:AssumeRoleForPodIdentity for
+# the Pod Identity agent; and a node policy without it.
+EKS_WORKER_NODE_POLICY = "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy"
 
 
 # --- the server (child process) ------------------------------------------------------------
@@ -355,7 +358,9 @@ class MotoServer:
         env = {
             **os.environ,
             "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-            MANAGED_ENV: ",".join([*function_managed_policies(), ADMINISTRATOR_ACCESS]),
+            MANAGED_ENV: ",".join(
+                [*function_managed_policies(), ADMINISTRATOR_ACCESS, EKS_WORKER_NODE_POLICY]
+            ),
             "PYTHONPATH": str(REPO),
             **(extra_env or {}),
         }

@@ -861,3 +861,77 @@ def test_cli_prints_the_cloudfront_statements() -> None:
     assert {"SharedDistributionDocuments", "ManagedDistributions", "IssuerAliasRecords"} <= sids
     bad = CliRunner().invoke(aws, ["provider-policy", "--managed-distributions"])
     assert bad.exit_code == 2 and "needs the issuers' domains" in bad.output
+
+
+# --- EKS Pod Identity (spec.irsa.mode PodIdentity) ------------------------------------
+
+
+def test_eks_options_add_nothing_by_default() -> None:
+    text = json.dumps(provider_policy())
+    assert "eks:" not in text and "iam:PassRole" not in text
+
+
+def test_pod_identity_grants_the_clusters_associations_and_passing_the_addon_roles_only() -> None:
+    doc = provider_policy(account_id=h.ACCOUNT, role_prefix="acme-", eks_clusters=("prod", "payments_stage"))
+    added = [s for s in doc["Statement"] if s not in provider_policy(account_id=h.ACCOUNT, role_prefix="acme-")["Statement"]]
+    eks = f"arn:aws:eks:*:{h.ACCOUNT}"
+    assert added == [
+        {
+            "Sid": "PodIdentityAssociationsOfTheClusters",
+            "Effect": "Allow",
+            "Action": ["eks:CreatePodIdentityAssociation", "eks:ListPodIdentityAssociations"],
+            "Resource": [f"{eks}:cluster/prod", f"{eks}:cluster/payments_stage"],
+        },
+        {
+            "Sid": "PodIdentityAssociations",
+            "Effect": "Allow",
+            "Action": [
+                "eks:DescribePodIdentityAssociation",
+                "eks:UpdatePodIdentityAssociation",
+                "eks:DeletePodIdentityAssociation",
+                "eks:TagResource",
+                "eks:UntagResource",
+                "eks:ListTagsForResource",
+            ],
+            "Resource": [f"{eks}:podidentityassociation/prod/*", f"{eks}:podidentityassociation/payments_stage/*"],
+        },
+        {
+            # Creating an association passes its role to EKS Pod Identity: the add-on roles
+            # (under /clusterplugin/ and the prefix) and to that service only.
+            "Sid": "PassAddonRolesToPodIdentity",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": f"arn:aws:iam::{h.ACCOUNT}:role{IAM_PATH}acme-*",
+            "Condition": {"StringEquals": {"iam:PassedToService": "pods.eks.amazonaws.com"}},
+        },
+    ]
+    china = provider_policy(partition="aws-cn", eks_clusters=("prod",))
+    assert "arn:aws-cn:eks:*:*:cluster/prod" in json.dumps(china)
+
+
+@pytest.mark.parametrize("name", ["*", "prod*", "prod/x", "", "-prod"])
+def test_pod_identity_refuses_a_cluster_name_that_would_grant_more(name: str) -> None:
+    with pytest.raises(ValueError, match="is not an EKS cluster name"):
+        provider_policy(eks_clusters=(name,))
+
+
+def test_parliament_finds_nothing_new_in_the_pod_identity_statements() -> None:
+    from parliament import analyze_policy_string
+
+    def findings(policy: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(f.issue, str(f.detail)) for f in analyze_policy_string(json.dumps(policy)).findings}
+
+    base = findings(provider_policy(account_id=h.ACCOUNT))
+    assert findings(provider_policy(account_id=h.ACCOUNT, eks_clusters=("prod",))) == base
+    # Control: parliament does flag a PassRole of any role.
+    star = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}]}
+    assert analyze_policy_string(json.dumps(star)).findings
+
+
+def test_cli_prints_the_pod_identity_statements() -> None:
+    r = CliRunner().invoke(aws, ["provider-policy", "--eks-cluster", "prod"])
+    assert r.exit_code == 0, r.output
+    sids = {s["Sid"] for s in json.loads(r.stdout)["Statement"]}
+    assert {"PodIdentityAssociationsOfTheClusters", "PodIdentityAssociations", "PassAddonRolesToPodIdentity"} <= sids
+    bad = CliRunner().invoke(aws, ["provider-policy", "--eks-cluster", "*"])
+    assert bad.exit_code == 2 and "is not an EKS cluster name" in bad.output

@@ -306,3 +306,63 @@ def test_aws_preflight_passes_the_eks_example_before_and_after(
     code, after = _preflight(server, example, account, "--phase", "after")
     assert (code, _not_passed(after)) == (0, {})
     assert {c["name"] for c in after["checks"]} >= {"oidc-provider", "role/vpc-cni", "role/lbc"}
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_aws_preflight_of_the_pod_identity_example_checks_the_agents_node_permission(
+    server: h.MotoServer, tmp_path: Path
+) -> None:
+    """examples/eks-pod-identity: with the node role as CAPA makes it (AmazonEKSWorkerNodePolicy)
+    preflight passes; without eks-auth:AssumeRoleForPodIdentity it fails, naming the fix."""
+    server.reset()
+    example = "eks-pod-identity"
+    xr = _xr(example)
+    docs = load_documents([EXAMPLES / example / "required"])
+    clients = h.make_clients(server.endpoint, region=xr["spec"]["region"])
+    role = "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io"  # CAPA's default node group role
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    clients.iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust))
+    worker = h.EKS_WORKER_NODE_POLICY
+    clients.iam.attach_role_policy(RoleName=role, PolicyArn=worker)
+    xr_file = tmp_path / "xr.yaml"
+    xr_file.write_text(yaml.safe_dump(xr))
+    target = build_target(xr, required=docs)
+    account = Account(clients, target, xr_file, h.write_required(tmp_path / "required", docs), b"")
+    code, report = _preflight(server, example, account)
+    assert (code, _not_passed(report)) == (0, {})
+    node = next(c for c in report["checks"] if c["name"] == f"pod-identity/node-role/{role}")
+    assert node["message"] == f"policy {worker} of the node role {role} allows eks-auth:AssumeRoleForPodIdentity"
+    assert report["issuerURL"] is None
+
+    # The same role without the agent's permission (the CNI policy instead).
+    clients.iam.detach_role_policy(RoleName=role, PolicyArn=worker)
+    clients.iam.attach_role_policy(RoleName=role, PolicyArn="arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy")
+    code, report = _preflight(server, example, account)
+    assert code == 1
+    assert _not_passed(report) == {
+        f"pod-identity/node-role/{role}": (
+            f"fail: no policy of the node role {role} allows eks-auth:AssumeRoleForPodIdentity: the "
+            "eks-pod-identity-agent cannot get the add-ons' credentials, and their pods run without them"
+        )
+    }
+    failed = next(c for c in report["checks"] if c["status"] == "fail")
+    assert failed["fix"].startswith(f"aws iam attach-role-policy --role-name {role} --policy-arn {worker}")
+
+    # Another node role, named with --node-role; an inline Deny wins over the managed Allow.
+    clients.iam.create_role(RoleName="nodes-prod", AssumeRolePolicyDocument=json.dumps(trust))
+    clients.iam.attach_role_policy(RoleName="nodes-prod", PolicyArn=worker)
+    deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": "eks-auth:*", "Resource": "*"}]}
+    clients.iam.put_role_policy(RoleName="nodes-prod", PolicyName="no-pod-identity", PolicyDocument=json.dumps(deny))
+    code, report = _preflight(server, example, account, "--node-role", "nodes-prod")
+    assert code == 1
+    assert set(_not_passed(report)) == {"pod-identity/node-role/nodes-prod"}
+    assert "inline no-pod-identity of the node role nodes-prod denies" in _not_passed(report)["pod-identity/node-role/nodes-prod"]
+    code, report = _preflight(server, example, account, "--node-role", "missing-role")
+    assert _not_passed(report)["pod-identity/node-role/missing-role"].startswith(
+        "fail: the node role missing-role does not exist"
+    )

@@ -26,6 +26,7 @@ from function.graph import (
     Wait,
     after,
     control_plane_available,
+    control_plane_initialized,
 )
 from function.names import CLUSTER_TAG, IAM_PATH
 from function.policies import managed_policy_arn, pod_identity_trust_policy, trust_policy
@@ -131,11 +132,10 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
     )
     if pod_identity_mode:
         # After the agent: a pod associated on a node without it gets no credentials
-        # (aws-node has been seen to crash-loop silently then).
-        nodes = (
-            *nodes,
-            Node(role.association, association, (after(role.node), pod_identity.agent_ready)),
-        )
+        # (aws-node has been seen to crash-loop silently then); and in an EKS cluster that
+        # exists (its control plane initialized).
+        gates = (control_plane_initialized, after(role.node), pod_identity.agent_ready)
+        nodes = (*nodes, Node(role.association, association, gates))
     if custom is None:
         return nodes
 

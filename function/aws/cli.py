@@ -89,6 +89,15 @@ def render_text(report: Report) -> str:
     "proxy or a test server.",
 )
 @click.option(
+    "--node-role",
+    "node_roles",
+    multiple=True,
+    metavar="NAME",
+    help="spec.irsa.mode PodIdentity: a role of the cluster's nodes, which must allow "
+    "eks-auth:AssumeRoleForPodIdentity. Repeatable. [default: CAPA's "
+    "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io]",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def preflight(
@@ -104,6 +113,7 @@ def preflight(
     phase: str,
     live: bool,
     live_endpoint: str | None,
+    node_roles: tuple[str, ...],
     output: str,
 ) -> None:
     """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
@@ -142,7 +152,8 @@ def preflight(
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
         fetch = https_fetch(live_endpoint) if live or live_endpoint else None
-        report = pf.run(target, clients, pf.Phase(phase), fetch)
+        roles = node_roles or (pf.DEFAULT_NODE_ROLE,)
+        report = pf.run(target, clients, pf.Phase(phase), fetch, roles)
     except (BotoCoreError, ClientError) as err:
         # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
         msg = f"an AWS call failed: {err}"
@@ -204,6 +215,15 @@ def _policy_options(command: Any) -> Any:
                 help="Managed with hostedZoneId: A records of the --issuer-domain names in this "
                 "zone only. Repeatable.",
             ),
+            click.option(
+                "--eks-cluster",
+                "eks_clusters",
+                multiple=True,
+                metavar="NAME",
+                help="spec.irsa.mode PodIdentity: the Pod Identity associations of this EKS "
+                "cluster (AWSManagedControlPlane spec.eksClusterName), and passing the add-on "
+                "roles to EKS Pod Identity only. Repeatable.",
+            ),
         ]
     ):
         command = option(command)
@@ -223,6 +243,7 @@ def _policy_document(
     shared_buckets: tuple[str, ...],
     managed_distributions: bool,
     hosted_zone_ids: tuple[str, ...],
+    eks_clusters: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The provider's policy for the options; a usage error for what it cannot be made of."""
     from function.accept import accept_input  # noqa: PLC0415
@@ -256,6 +277,7 @@ def _policy_document(
                 managed=managed_distributions,
                 hosted_zone_ids=hosted_zone_ids,
             ),
+            eks_clusters=eks_clusters,
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from err
@@ -272,8 +294,9 @@ def _policy_document(
 def provider_policy_cmd(**kwargs: Any) -> None:
     """Print the least-privilege IAM policy for the Crossplane AWS provider's credentials (JSON).
 
-    Issuers behind CloudFront (spec.irsa.hosting) add only what their options ask for.
-    Exits 2 when the function would refuse the step input (or --name-prefix in it).
+    Issuers behind CloudFront (spec.irsa.hosting) and EKS Pod Identity (--eks-cluster) add
+    only what their options ask for. Exits 2 when the function would refuse the step input
+    (or --name-prefix in it).
     """
     click.echo(json.dumps(_policy_document(**kwargs), indent=2))
 

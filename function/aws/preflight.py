@@ -44,6 +44,7 @@ from function.aws.issuer_checks import (
     provider_arn_for,
 )
 from function.aws.network_checks import check_external_resource_gc, check_security_groups
+from function.aws.pod_identity_checks import DEFAULT_NODE_ROLE, check_node_role
 from function.aws.role_checks import RoleExpectation, addon_roles, check_role, expected_policy_arn
 from function.aws.target import Target
 from function.graph import external_issuer
@@ -187,18 +188,23 @@ def _self_hosted(report: Report, clients: Clients, account: str, phase: Phase) -
 
 
 def run(
-    target: Target, clients: Clients, phase: Phase = Phase.AUTO, live: cf.Fetch | None = None
+    target: Target,
+    clients: Clients,
+    phase: Phase = Phase.AUTO,
+    live: cf.Fetch | None = None,
+    node_roles: tuple[str, ...] = (DEFAULT_NODE_ROLE,),
 ) -> Report:
     """Every check that applies to ``target``, in the order the function creates things.
 
     ``live`` fetches the SelfHosted issuer's discovery URL as STS would (``--live``).
+    ``node_roles``: EKS Pod Identity: the nodes' roles, which the agent asks with.
     Each check turns AWS's "not found" answers it expects into a finding with its fix;
     one it does not expect (something deleted while preflight ran) ends the report
     with a FAIL naming it, never without the report.
     """
     report = Report(target, Phase.AFTER if phase is Phase.AFTER else Phase.BEFORE)
     try:
-        return _run(report, clients, phase, live)
+        return _run(report, clients, phase, live, node_roles)
     except ClientError as err:
         if not absent(err):
             raise
@@ -227,7 +233,13 @@ def _external(report: Report, clients: Clients, account: str) -> str:
     return external[1]
 
 
-def _run(report: Report, clients: Clients, phase: Phase, live: cf.Fetch | None) -> Report:
+def _run(
+    report: Report,
+    clients: Clients,
+    phase: Phase,
+    live: cf.Fetch | None,
+    node_roles: tuple[str, ...],
+) -> Report:
     target = report.target
     cred, account = check_credentials(clients.sts)
     report.checks.append(cred)
@@ -246,6 +258,7 @@ def _run(report: Report, clients: Clients, phase: Phase, live: cf.Fetch | None) 
     elif mode is IRSAMode.POD_IDENTITY:
         msg = "EKS Pod Identity: no bucket or OIDC provider; roles trust pods.eks.amazonaws.com"
         report.checks.append(Check("irsa", Status.PASS, msg))
+        report.checks += [check_node_role(clients.iam, r, target.partition) for r in node_roles]
     elif mode is IRSAMode.SELF_HOSTED:
         after = _self_hosted(report, clients, account, phase)
         if live is not None:

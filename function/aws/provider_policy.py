@@ -17,14 +17,20 @@ those resources:
 - only when asked for (``spec.irsa.hosting: CloudFront``): the OIDC providers of the
   issuer domains given, the two documents under any path in a Shared distribution's
   bucket, a Managed distribution with its origin access control, and the alias record
-  of an issuer domain in the hosted zones given (``cloudfront_policy``).
+  of an issuer domain in the hosted zones given (``cloudfront_policy``);
+- only when asked for (``spec.irsa.mode: PodIdentity``, ``pod_identity_statements``):
+  the EKS Pod Identity associations of the EKS clusters given, and ``iam:PassRole`` of
+  the add-on roles to EKS Pod Identity only (``iam:PassedToService``), which creating
+  an association needs.
 
 Not granted, on purpose:
 
-- ``iam:PassRole``: no AWS service is ever handed one of these roles (no
-  EC2 instance profile, Lambda, EKS or similar). Pods assume them through
-  ``sts:AssumeRoleWithWebIdentity``, which the role's trust policy authorises,
-  not the identity that created the role.
+- ``iam:PassRole`` beyond that: no other AWS service is ever handed one of these
+  roles (no EC2 instance profile, Lambda or similar). With IRSA pods assume them
+  through ``sts:AssumeRoleWithWebIdentity``, which the role's trust policy
+  authorises, not the identity that created the role.
+- EKS add-ons (``eks:CreateAddon``): the eks-pod-identity-agent is a Helm release or
+  CAPA's, never the function's EKS add-on (CAPA deletes those it does not list).
 - ``iam:CreateServiceLinkedRole``, ``s3:PutBucketAcl``, ``s3:PutObjectAcl``:
   nothing composed needs them (ACLs are disabled with BucketOwnerEnforced).
 - ``sts:GetCallerIdentity`` (the provider calls it at start-up) needs no grant:
@@ -37,11 +43,18 @@ does not scope (``iam:ListOpenIDConnectProviders``, ``ec2:Describe*`` below).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from function.names import IAM_PATH, PARTITIONS
-from function.policies import DISCOVERY_KEY, JWKS_KEY, hosted_zone_arn, managed_policy_arn
+from function.policies import (
+    DISCOVERY_KEY,
+    JWKS_KEY,
+    POD_IDENTITY_SERVICE,
+    hosted_zone_arn,
+    managed_policy_arn,
+)
 from function.registry import MANAGED_POLICIES
 from function.spec import HOSTED_ZONE_ID, ISSUER_DOMAIN, s3_bucket_name_problem
 
@@ -315,6 +328,62 @@ def _hosting_problem(hosting: CloudFrontHosting) -> str | None:
     return None
 
 
+# The association's own calls (aws_eks_pod_identity_association: create, read, update,
+# delete, tags). Create and List act on the cluster; the rest on the association, whose
+# ARN is podidentityassociation/<cluster>/<association id>.
+EKS_CLUSTER_ACTIONS = ("eks:CreatePodIdentityAssociation", "eks:ListPodIdentityAssociations")
+EKS_ASSOCIATION_ACTIONS = (
+    "eks:DescribePodIdentityAssociation",
+    "eks:UpdatePodIdentityAssociation",
+    "eks:DeletePodIdentityAssociation",
+    "eks:TagResource",
+    "eks:UntagResource",
+    "eks:ListTagsForResource",
+)
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+
+
+def pod_identity_statements(
+    clusters: tuple[str, ...], *, partition: str, account_id: str, role: str
+) -> list[dict[str, Any]]:
+    """EKS Pod Identity: the associations of ``clusters`` (EKS names) and passing ``role``.
+
+    Nothing without clusters. Each name must be an EKS cluster name (no wildcard): the
+    grant is on those clusters' associations only.
+    """
+    if not clusters:
+        return []
+    for name in clusters:
+        if not EKS_CLUSTER_NAME.match(name):
+            msg = (
+                f"EKS cluster {name!r} is not an EKS cluster name (letters, digits, '-' and "
+                "'_', at most 100; no wildcard)"
+            )
+            raise ValueError(msg)
+    eks = f"arn:{partition}:eks:*:{account_id}"
+    return [
+        {
+            "Sid": "PodIdentityAssociationsOfTheClusters",
+            "Effect": "Allow",
+            "Action": list(EKS_CLUSTER_ACTIONS),
+            "Resource": [f"{eks}:cluster/{name}" for name in clusters],
+        },
+        {
+            "Sid": "PodIdentityAssociations",
+            "Effect": "Allow",
+            "Action": list(EKS_ASSOCIATION_ACTIONS),
+            "Resource": [f"{eks}:podidentityassociation/{name}/*" for name in clusters],
+        },
+        {
+            "Sid": "PassAddonRolesToPodIdentity",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": role,
+            "Condition": {"StringEquals": {"iam:PassedToService": POD_IDENTITY_SERVICE}},
+        },
+    ]
+
+
 def default_bucket_prefix(name_prefix: str = "") -> str:
     """The prefix every derived issuer bucket starts with (see ``Names.bucket``)."""
     return f"{name_prefix}irsa-"
@@ -332,6 +401,7 @@ def provider_policy(
     partition: str = "aws",
     account_id: str = "*",
     cloudfront: CloudFrontHosting = CloudFrontHosting(),  # frozen: safe as a default
+    eks_clusters: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The identity policy the provider's credentials need, as a JSON-ready dict.
 
@@ -345,6 +415,8 @@ def provider_policy(
         account_id: The 12-digit account, or ``*`` for whichever account the
             credentials belong to (IAM and EC2 ARNs always name their account).
         cloudfront: Issuers behind CloudFront to serve, if any (``cloudfront_statements``).
+        eks_clusters: EKS clusters (their EKS names) whose add-ons use Pod Identity, if any
+            (``pod_identity_statements``).
 
     Returns:
         The policy document (``Version`` and ``Statement``).
@@ -434,4 +506,7 @@ def provider_policy(
         },
     ]
     statements += cloudfront_statements(cloudfront, partition=partition, account_id=account_id)
+    statements += pod_identity_statements(
+        eks_clusters, partition=p.name, account_id=account_id, role=role
+    )
     return {"Version": "2012-10-17", "Statement": statements}
