@@ -42,6 +42,7 @@ NAMES = (
     "selfhosted-full",
     "calico-legacy-claim",
     "external-eks",
+    "eks-pod-identity",
     "external-dns",
     "cloudfront-shared",
     "cloudfront-managed",
