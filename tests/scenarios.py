@@ -234,9 +234,10 @@ SCENARIOS += [
 # AWSManagedControlPlane reports (the example leaves it out and reads it from there).
 EKS_ISSUER = "https://oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
 EKS_PROVIDER = f"arn:aws:iam::111122223333:oidc-provider/{EKS_ISSUER.removeprefix('https://')}"
-# EKS Pod Identity (examples/eks-pod-identity, a namespaced XR): the agent as CAPA's EKS add-on
-# (the example), or as a Helm Release of a mirrored chart when the AWSManagedControlPlane does not
-# list it; both flavours, Crossplane 1.x.
+# EKS Pod Identity: examples/eks-pod-identity (a namespaced XR, the agent as CAPA's EKS add-on), as
+# it is and with the agent as a Helm Release of a mirrored chart when the AWSManagedControlPlane does
+# not list it; examples/eks-pod-identity-legacy (a legacy XR, the agent's chart in its own
+# Composition), also under Crossplane 1.x.
 AGENT_CHART = {
     "podIdentityAgent": {
         "repository": "oci://registry.example.com/charts",
@@ -252,11 +253,6 @@ def _agent_by_helm(required: list[dict[str, Any]]) -> None:
     cp["status"].pop("addons")
 
 
-def _legacy_eks(xr: dict[str, Any]) -> None:
-    _legacy(xr)
-    xr["spec"].pop("crossplane")
-
-
 SCENARIOS += [
     Scenario("eks-pod-identity", "eks-pod-identity"),
     Scenario(
@@ -265,17 +261,8 @@ SCENARIOS += [
         mutate_required=_agent_by_helm,
         step_input={"charts": AGENT_CHART},
     ),
-    Scenario(
-        "eks-pod-identity-legacy-xr-v1",
-        "eks-pod-identity",
-        mutate_xr=_legacy_eks,
-        mutate_required=_agent_by_helm,
-        step_input={
-            "charts": AGENT_CHART,
-            "clusterAPI": {"legacyControlPlaneKind": "AWSManagedControlPlane"},
-        },
-        crossplane_v1=True,
-    ),
+    Scenario("eks-pod-identity-legacy", "eks-pod-identity-legacy"),
+    Scenario("eks-pod-identity-legacy-v1", "eks-pod-identity-legacy", crossplane_v1=True),
     Scenario(
         "external-eks-given",
         "external-eks",

@@ -13,7 +13,8 @@ from function.cluster import external_cloud_provider
 from function.world import World
 from tests.scenarios import SCENARIOS, by_name, example, find, staged_control_plane
 
-CCM_SCENARIOS = [s for s in SCENARIOS if s.example not in {"external-eks", "eks-pod-identity"}]  # EKS runs its own
+# EKS runs its own.
+CCM_SCENARIOS = [s for s in SCENARIOS if s.example not in {"external-eks", "eks-pod-identity", "eks-pod-identity-legacy"}]
 # Everything that runs ordinary pods: it cannot schedule on nodes the CCM has not initialized.
 WAIT_FOR_CCM = (
     "cert-manager-release",

@@ -65,7 +65,9 @@ def _first_seen(world: World, steps: int = 30) -> dict[str, int]:
     return first
 
 
-@pytest.mark.parametrize("name", ["eks-pod-identity-agent-release", "eks-pod-identity-legacy-xr-v1"])
+@pytest.mark.parametrize(
+    "name", ["eks-pod-identity-agent-release", "eks-pod-identity-legacy", "eks-pod-identity-legacy-v1"]
+)
 def test_agent_then_role_association_release(name: str) -> None:
     """The agent's Release first; then per add-on its role, its association once the role and
     the agent are Ready, and its Release once the association is: EKS injects credentials

@@ -136,11 +136,12 @@ def test_the_fixture_lists_are_not_empty() -> None:
         "calico-legacy-claim",
         "external-eks",
         "eks-pod-identity",
+        "eks-pod-identity-legacy",
         "external-dns",
         "cloudfront-shared",
         "cloudfront-managed",
     }
-    assert len(EXAMPLE_XRS) == 8
+    assert len(EXAMPLE_XRS) == 9
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
@@ -419,6 +420,34 @@ def test_the_v1beta1_examples_composition_asks_for_what_its_objects_are() -> Non
         required["AWSCluster"],
     )
     assert capi.cluster.endswith("/v1beta1") and capi.kubeadm_control_plane.endswith("/v1beta1")
+
+
+def test_the_pod_identity_examples_composition_names_the_mirrored_agent_chart() -> None:
+    """examples/eks-pod-identity-legacy/composition.yaml: the shipped legacy Composition under its
+    own name, with the eks-pod-identity-agent chart (no default: no public repository) and
+    Crossplane 1.x told to list AWSManagedControlPlanes; nothing else changed."""
+    own = _load(EXAMPLES / "eks-pod-identity-legacy" / "composition.yaml")
+    shipped = _load(COMPOSITION_V1)
+    assert own["metadata"]["name"] != shipped["metadata"]["name"]
+    assert own["metadata"]["labels"] == shipped["metadata"]["labels"]
+    (step,), (shipped_step,) = own["spec"]["pipeline"], shipped["spec"]["pipeline"]
+    assert {**own["spec"], "pipeline": None} == {**shipped["spec"], "pipeline": None}
+    assert {**step, "input": None} == {**shipped_step, "input": None}
+    assert validate(own) == []
+    assert validate_with_schema(step["input"], _input_schema()) == []
+    parsed, defaults = parse_input(step["input"]), parse_input(shipped_step["input"])
+    agent = parsed.charts.pod_identity_agent
+    assert agent is not None and (agent.name, agent.version) == ("eks-pod-identity-agent", "1.2.0")
+    assert parsed.cluster_api.legacy_control_plane_kind == "AWSManagedControlPlane"
+    unchanged = parsed.model_copy(
+        update={
+            "charts": parsed.charts.model_copy(update={"pod_identity_agent": None}),
+            "cluster_api": defaults.cluster_api,
+        }
+    )
+    assert unchanged == defaults
+    xr = _load(EXAMPLES / "eks-pod-identity-legacy" / "xr.yaml")
+    assert xr["spec"]["compositionRef"] == {"name": own["metadata"]["name"]}
 
 
 def _cluster_namespace(scenario: Path) -> str:

@@ -43,6 +43,7 @@ NAMES = (
     "calico-legacy-claim",
     "external-eks",
     "eks-pod-identity",
+    "eks-pod-identity-legacy",
     "external-dns",
     "cloudfront-shared",
     "cloudfront-managed",

@@ -136,7 +136,8 @@ def _secret_fragments(world: World) -> list[str]:
 KEY_SCENARIOS = [
     s
     for s in SCENARIOS
-    if s.example not in {"external-eks", "eks-pod-identity"} and not s.name.endswith("irsa-disabled")
+    if s.example not in {"external-eks", "eks-pod-identity", "eks-pod-identity-legacy"}
+    and not s.name.endswith("irsa-disabled")
 ]
 
 
@@ -183,7 +184,7 @@ def test_no_statement_grants_wildcard_actions_or_principals() -> None:
                 assert st.get("Principal") != "*"
 
 
-POD_IDENTITY_SCENARIOS = [s.name for s in SCENARIOS if s.example == "eks-pod-identity"]
+POD_IDENTITY_SCENARIOS = [s.name for s in SCENARIOS if s.example.startswith("eks-pod-identity")]
 
 
 @pytest.mark.parametrize("name", POD_IDENTITY_SCENARIOS)
