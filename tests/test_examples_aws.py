@@ -35,7 +35,7 @@ from function.aws.cli import aws
 from function.aws.role_checks import addon_roles
 from function.aws.target import Target, build_target
 from function.files import load_documents
-from function.policies import STS_AUDIENCE
+from function.policies import STS_AUDIENCE, pod_identity_trust_policy
 from tests import aws_helpers as h
 from tests import capa
 from tests.test_aws_preflight_cloudfront import certificate, platform_setup
@@ -338,6 +338,45 @@ def test_aws_preflight_of_the_pod_identity_example_checks_the_agents_node_permis
     node = next(c for c in report["checks"] if c["name"] == f"pod-identity/node-role/{role}")
     assert node["message"] == f"policy {worker} of the node role {role} allows eks-auth:AssumeRoleForPodIdentity"
     assert report["issuerURL"] is None
+    assert report["phase"] == "before"
+
+    # The add-on roles as the function makes them: preflight passes after, then fails a role
+    # trusting EKS Pod Identity without conditions (any association in the account could use it).
+    trusts = {
+        a.addon: pod_identity_trust_policy(
+            target.partition, "us-west-2", "prod", a.namespace, a.service_account
+        )
+        for a in addon_roles(target.spec)
+    }
+    for addon in addon_roles(target.spec):
+        h._compose_role(
+            clients=clients,
+            target=target,
+            addon=addon,
+            provider="",
+            account=h.ACCOUNT,
+            trust_overrides=trusts,
+            extra_attachments={},
+        )
+    code, report = _preflight(server, example, account)
+    assert report["phase"] == "after"
+    assert (code, _not_passed(report)) == (0, {})
+    assert {"role/vpc-cni", "role/ebs-csi", "role/lbc"} <= {c["name"] for c in report["checks"]}
+    unconditioned = json.loads(trusts["ebs-csi"])
+    unconditioned["Statement"][0].pop("Condition")
+    clients.iam.update_assume_role_policy(
+        RoleName=target.names.role("ebs-csi"), PolicyDocument=json.dumps(unconditioned)
+    )
+    code, report = _preflight(server, example, account)
+    assert code == 1
+    assert _not_passed(report) == {
+        "role/ebs-csi": f"fail: role {target.names.role('ebs-csi')}: trust policy is not the "
+        "function's EKS Pod Identity trust policy"
+    }
+    failed = next(c for c in report["checks"] if c["status"] == "fail")
+    assert failed["fix"].startswith(f"aws iam update-assume-role-policy --role-name {target.names.role('ebs-csi')}")
+    assert "aws:RequestTag/kubernetes-service-account" in failed["fix"]
+    clients.iam.update_assume_role_policy(RoleName=target.names.role("ebs-csi"), PolicyDocument=trusts["ebs-csi"])
 
     # The same role without the agent's permission (the CNI policy instead).
     clients.iam.detach_role_policy(RoleName=role, PolicyArn=worker)

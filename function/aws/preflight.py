@@ -49,7 +49,7 @@ from function.aws.role_checks import RoleExpectation, addon_roles, check_role, e
 from function.aws.target import Target
 from function.graph import external_issuer
 from function.names import partition_of
-from function.policies import DISCOVERY_KEY, JWKS_KEY
+from function.policies import DISCOVERY_KEY, JWKS_KEY, pod_identity_trust_policy
 from function.spec import DistributionMode, IRSAMode
 
 
@@ -212,6 +212,53 @@ def run(
         return report
 
 
+def _role_expectations(report: Report, account: str, provider_arn: str) -> list[RoleExpectation]:
+    """The add-on roles to check: IRSA's once the provider is known, or Pod Identity's."""
+    target = report.target
+    spec = target.spec
+    eks_cluster = target.facts.eks_cluster_name
+    pod_identity = spec.irsa.mode is IRSAMode.POD_IDENTITY
+    if pod_identity and not eks_cluster:
+        msg = (
+            "the AWSManagedControlPlane's spec.eksClusterName, which every role's trust names, "
+            "is unknown: the add-on roles are not checked"
+        )
+        fix = "pass the AWSManagedControlPlane with --required"
+        report.checks.append(Check("pod-identity/eks-cluster", Status.WARN, msg, fix))
+        return []
+    if not pod_identity and not provider_arn:
+        return []
+    out = []
+    for addon in addon_roles(spec):
+        trust = ""
+        if pod_identity and eks_cluster:
+            trust = pod_identity_trust_policy(
+                target.partition, target.region, eks_cluster, addon.namespace, addon.service_account
+            )
+        out.append(
+            RoleExpectation(
+                role_name=target.names.role(addon.addon),
+                addon=addon,
+                owner_tag=target.owner_tag,
+                provider_arn=provider_arn,
+                issuer_host_path=target.issuer_host_path if provider_arn else "",
+                policy_arn=expected_policy_arn(target, account, addon),
+                pod_identity_trust=trust,
+            )
+        )
+    return out
+
+
+def _exists(iam: Any, role: str) -> bool:
+    try:
+        iam.get_role(RoleName=role)
+    except ClientError as err:
+        if not absent(err, "NoSuchEntity"):
+            raise
+        return False
+    return True
+
+
 def _external(report: Report, clients: Clients, account: str) -> str:
     """External IRSA: the provider's check; its ARN ("" when not known)."""
     target = report.target
@@ -266,18 +313,13 @@ def _run(
         provider_arn = provider_arn_for(target.partition, account, target.issuer_host_path)
     else:
         provider_arn = _external(report, clients, account)
+    wants = _role_expectations(report, account, provider_arn)
+    if mode is IRSAMode.POD_IDENTITY and not strict:
+        # Auto: after, once the function has made one of the roles (it makes them at once).
+        after = any(_exists(clients.iam, w.role_name) for w in wants)
     report.phase = Phase.AFTER if after else Phase.BEFORE
-    if provider_arn:
-        for addon in addon_roles(spec):
-            want = RoleExpectation(
-                role_name=target.names.role(addon.addon),
-                addon=addon,
-                owner_tag=target.owner_tag,
-                provider_arn=provider_arn,
-                issuer_host_path=target.issuer_host_path,
-                policy_arn=expected_policy_arn(target, account, addon),
-            )
-            report.checks += check_role(clients.iam, want, after=after, strict=strict)
+    for want in wants:
+        report.checks += check_role(clients.iam, want, after=after, strict=strict)
     if spec.dns.external_dns is not None:
         report.checks += check_hosted_zones(clients.route53, spec.dns.external_dns, account)
     report.checks += check_security_groups(clients.ec2, target, after=after, strict=strict)

@@ -159,6 +159,15 @@ class RoleExpectation:
     provider_arn: str
     issuer_host_path: str
     policy_arn: str
+    # EKS Pod Identity: the trust policy the function writes (instead of an IRSA one).
+    pod_identity_trust: str = ""
+
+
+def _pod_identity_problems(document: Any, want: str) -> list[str]:
+    """A Pod Identity role's trust policy is exactly the function's (it owns every word)."""
+    if _document(document) == json.loads(want):
+        return []
+    return ["trust policy is not the function's EKS Pod Identity trust policy"]
 
 
 def check_role(iam: Any, want: RoleExpectation, *, after: bool, strict: bool) -> list[Check]:
@@ -174,7 +183,8 @@ def check_role(iam: Any, want: RoleExpectation, *, after: bool, strict: bool) ->
             return [
                 Check(name, Status.PASS, f"role name {role_name} is free; the function creates it")
             ]
-        msg = f"role {role_name} does not exist yet (made once the OIDC provider is ready)"
+        made = "at once" if want.pod_identity_trust else "once the OIDC provider is ready"
+        msg = f"role {role_name} does not exist yet (made {made})"
         fix = f"check the {want.addon.addon} role managed resource and status.plugins"
         return [Check(name, missing(strict=strict), msg, fix)]
     owner = tag_map(role.get("Tags")).get(CLUSTER_TAG)
@@ -190,15 +200,20 @@ def check_role(iam: Any, want: RoleExpectation, *, after: bool, strict: bool) ->
             f"role path is {role.get('Path')}, expected {IAM_PATH} (the provider policy's scope)"
         )
     sa = want.addon
-    problems += trust_policy_problems(
-        role.get("AssumeRolePolicyDocument"),
-        provider_arn=want.provider_arn,
-        issuer_host_path=want.issuer_host_path,
-        namespace=sa.namespace,
-        service_account=sa.service_account,
-    )
+    if want.pod_identity_trust:
+        problems += _pod_identity_problems(
+            role.get("AssumeRolePolicyDocument"), want.pod_identity_trust
+        )
+    else:
+        problems += trust_policy_problems(
+            role.get("AssumeRolePolicyDocument"),
+            provider_arn=want.provider_arn,
+            issuer_host_path=want.issuer_host_path,
+            namespace=sa.namespace,
+            service_account=sa.service_account,
+        )
     if problems:
-        doc = trust_policy(
+        doc = want.pod_identity_trust or trust_policy(
             want.provider_arn, want.issuer_host_path, sa.namespace, sa.service_account
         )
         trust = Check(
@@ -208,6 +223,13 @@ def check_role(iam: Any, want: RoleExpectation, *, after: bool, strict: bool) ->
             f"aws iam update-assume-role-policy --role-name {role_name} --policy-document '{doc}' "
             "(Crossplane reverts manual drift, so a lasting difference means another "
             "controller or person manages this role)",
+        )
+    elif want.pod_identity_trust:
+        trust = Check(
+            name,
+            Status.PASS,
+            f"role {role_name} trusts only {sa.namespace}/{sa.service_account} of this EKS "
+            "cluster, through EKS Pod Identity",
         )
     else:
         trust = Check(
