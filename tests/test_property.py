@@ -104,6 +104,7 @@ def cases(draw: st.DrawFn, *, long_names: bool = False) -> Case:
         step_input.setdefault("clusterAPI", {})["legacyControlPlaneKind"] = "AWSManagedControlPlane"
     capabilities = not crossplane_v1 and draw(st.booleans())
     irsa = spec.get("irsa") or {}
+    _eks_credentials(draw, flavour, spec, step_input, required)
     if "cloudFront" in irsa.get("hosting", {}) and spec.get("region", "us-east-1") in gen.PARTITION:
         # CloudFront hosting is refused in aws-cn and aws-us-gov (tests/test_refusals.py).
         spec["region"] = "us-east-1"
@@ -113,6 +114,46 @@ def cases(draw: st.DrawFn, *, long_names: bool = False) -> Case:
         suffix = Names("", namespace, cluster).override_suffix
         irsa["bucketName"] = irsa["bucketName"][: 63 - len(suffix)].rstrip("-") + suffix
     return Case(xr_kind, namespace, cluster, flavour, spec, step_input, required, crossplane_v1, capabilities)
+
+
+def _eks_credentials(
+    draw: st.DrawFn,
+    flavour: str,
+    spec: dict[str, Any],
+    step_input: dict[str, Any],
+    required: list[dict[str, Any]],
+) -> None:
+    """A cluster that can have the drawn spec.irsa (the rest is tests/test_refusals.py's).
+
+    External left out reads the EKS control plane's provider; given, it is the provider the
+    control plane reports. PodIdentity needs EKS outside aws-cn, and the agent: CAPA's add-on
+    or the step input's chart.
+    """
+    irsa = spec.get("irsa") or {}
+    mode = irsa.get("mode")
+    eks = flavour == "eks"
+    if mode == "External" and not irsa.get("oidcProviderARN") and not eks:
+        irsa.update(draw(gen.external_irsa()))
+    if mode == "PodIdentity" and not eks:
+        irsa["mode"] = "Disabled"
+    if not eks:
+        return
+    cp = next(o for o in required if o["kind"] == "AWSManagedControlPlane")
+    if irsa.get("oidcProviderARN"):
+        cp["status"]["oidcProvider"]["arn"] = irsa["oidcProviderARN"]
+    if mode == "PodIdentity":
+        if spec.get("region", "us-east-1") in gen.PARTITION:
+            spec["region"] = "us-east-1"  # not in aws-cn; aws-us-gov is fine
+        if draw(st.booleans()):
+            agent = {"name": "eks-pod-identity-agent", "version": "v1.3.10-eksbuild.2"}
+            cp["spec"]["addons"] = [agent]
+            cp["status"]["addons"] = [{**agent, "arn": "arn:aws:eks:us-east-1:1:addon/x", "status": "ACTIVE"}]
+        else:
+            step_input.setdefault("charts", {})["podIdentityAgent"] = {
+                "repository": "oci://registry.example.com/charts",
+                "name": "eks-pod-identity-agent",
+                "version": "1.2.0",
+            }
 
 
 def _play(case: Case, steps: int = 14) -> tuple[World, list[str]]:
@@ -435,6 +476,13 @@ def test_arbitrary_json_never_crashes(case: Case, spec_noise: dict, input_noise:
 # --- CAPI objects: v1beta1/v1beta2 shapes, missing fields, odd statuses --------------
 
 
+EKS_REFUSALS = (
+    "spec.irsa: mode External without issuerURL and oidcProviderARN reads them from",
+    "spec.irsa.oidcProviderARN: ",
+    "spec.irsa.mode: PodIdentity needs ",
+)
+
+
 @gen.profile(fast=25, soak=1500)
 @given(
     scenario=st.sampled_from(SCENARIOS),
@@ -443,7 +491,13 @@ def test_arbitrary_json_never_crashes(case: Case, spec_noise: dict, input_noise:
     drop=st.sets(st.integers(0, 5), max_size=2),
 )
 def test_capi_objects_mutated_mid_life(scenario: Scenario, warmup: int, muts: list, drop: set) -> None:
-    """Mutated Cluster API objects never crash the function or delete anything; restored, it converges."""
+    """Mutated Cluster API objects never crash the function or delete anything; restored, it converges.
+
+    The one FATAL allowed is a refusal of spec.irsa against what the mutated control plane now
+    says (EKS_REFUSALS: it no longer associates the OIDC provider, reports another, no longer
+    lists the Pod Identity agent, or the Cluster names another kind): a person must change the
+    one or the other, and nothing is applied or deleted meanwhile.
+    """
     runner = gen.CountingRunner()
     world = scenario.world(staged=False, runner=runner)
     world.run(warmup)
@@ -452,7 +506,7 @@ def test_capi_objects_mutated_mid_life(scenario: Scenario, warmup: int, muts: li
     world.required = [o for i, o in enumerate(world.required) if i not in drop]
     errors: list[str] = []
     for rec in world.run(3):
-        assert rec.fatal is None, (described, rec.fatal)
+        assert rec.fatal is None or rec.fatal.startswith(EKS_REFUSALS), (described, rec.fatal)
         assert rec.response is not None
         assert not any(r.reason == "InternalError" for r in rec.response.results)
         errors += CHECK.response_errors(rec.response)
