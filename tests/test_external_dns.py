@@ -29,7 +29,7 @@ from function.policies import external_dns_policy
 from function.world import World
 from tests import aws_helpers as h
 from tests.kube_schema import validate_values
-from tests.scenarios import EXAMPLES, Scenario, by_name, example, staged_control_plane
+from tests.scenarios import EXAMPLES, Scenario, by_name, example, find, staged_control_plane
 
 logging.configure(logging.Level.DISABLED)
 
@@ -214,13 +214,16 @@ def test_the_policy_is_exactly_the_listed_zones_in_the_partition(name: str, part
 
 
 def test_an_external_issuer_trusts_the_chart_service_account() -> None:
-    """EKS (External IRSA): the role trusts the given provider for kube-system:external-dns."""
+    """EKS (External IRSA): the role trusts the cluster's provider (the AWSManagedControlPlane's,
+    the example names none) for kube-system:external-dns."""
     world = converged("external-eks-dns")
-    spec = world.xr["spec"]
+    provider = find(world.required, "AWSManagedControlPlane")["status"]["oidcProvider"]["arn"]
+    assert world.xr["status"]["oidcProviderARN"] == provider
     trust = json.loads(for_provider(world, "external-dns-role")["assumeRolePolicy"])
-    issuer = spec["irsa"]["issuerURL"].removeprefix("https://")
+    issuer = provider.split(":oidc-provider/", 1)[1]
+    assert world.xr["status"]["issuerURL"] == f"https://{issuer}"
     (statement,) = trust["Statement"]
-    assert statement["Principal"] == {"Federated": spec["irsa"]["oidcProviderARN"]}
+    assert statement["Principal"] == {"Federated": provider}
     assert statement["Condition"] == {
         "StringEquals": {f"{issuer}:sub": SUBJECT, f"{issuer}:aud": "sts.amazonaws.com"}
     }
