@@ -72,10 +72,13 @@ def test_the_record_lists_every_file_with_size_and_sha256(published: PublishedRe
         f"function-cluster-plugin-{version}.xpkg",
         f"configuration-cluster-plugin-{version}.xpkg",
         f"configuration-cluster-plugin-legacy-{version}.xpkg",
-        "install/configuration.yaml",
-        "install/configuration-legacy.yaml",
+        "install/namespaced/configuration.yaml",
+        "install/namespaced/clusterrole.yaml",
+        "install/namespaced/provider-config/provider-config.yaml",
+        "install/legacy/configuration.yaml",
+        "install/legacy/clusterrole.yaml",
+        "install/legacy/provider-config/provider-config.yaml",
         "install/function.yaml",
-        "install/clusterrole.yaml",
     } <= files
     assert published.record["crossplane_cli"] == "v2.5.0"
 
@@ -101,7 +104,7 @@ def test_each_configuration_depends_on_the_function_it_calls(published: Publishe
     (step,) = composition["spec"]["pipeline"]
     assert step["functionRef"]["name"] == object_name(functions[0][0]) == published.record["function"]["name"]
     # What a user applies names the same package and Function.
-    install = published.folder / "install" / ("configuration.yaml" if xr.namespaced else "configuration-legacy.yaml")
+    install = published.folder / "install" / release.flavour_folder(xr) / "configuration.yaml"
     applied = yaml.safe_load(install.read_text())
     assert applied["spec"]["package"] == published.artifact("Configuration", flavour)["reference"]
 

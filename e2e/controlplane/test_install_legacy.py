@@ -4,7 +4,7 @@ On a control plane of its own (one XRD flavour per API server: the legacy claim'
 the namespaced XR's name), trusting the test registry's CA, the README's second way for
 when the providers cannot be fetched:
 
-1. ``kubectl apply -f clusterrole.yaml -f configuration-legacy.yaml`` with
+1. ``kubectl apply -f install/legacy/`` (the ClusterRole and the Configuration) with
    ``spec.skipDependencyResolution: true`` on the Configuration. Crossplane installs the
    XRD (offering the claim) and the Composition and no dependency at all, not even the
    function.
