@@ -46,7 +46,7 @@ def real_provider_aws(aws_control_plane: AwsControlPlane, moto: Moto) -> Iterato
     provider_configs(aws_control_plane, moto.endpoint)
     started = time.monotonic()
     try:
-        process = provider_aws(aws_control_plane, poll=f"{POLL_S}s")
+        process = provider_aws(aws_control_plane, poll=f"{POLL_S}s", moto_endpoint=moto.endpoint)
     except (StartError, TimeoutError) as err:
         pytest.fail(f"provider-aws did not start: {err}", pytrace=False)
     print(f"\nprovider-aws ready in {time.monotonic() - started:.1f}s")

@@ -37,8 +37,9 @@ from tests.aws_helpers import ADMIN, MotoServer, make_clients
 
 # The kinds of provider-upjet-aws the function composes.
 AWS_KINDS = frozenset(k for k, (legacy, _) in KINDS.items() if ".aws.upbound.io/" in legacy)
-# Every service the provider calls for them; STS for the credentials' validation.
-SERVICES = ("cloudfront", "ec2", "iam", "route53", "s3", "sts")
+# Every service the provider calls for them: STS for the credentials' validation, S3 Control
+# for a bucket's tags (the Terraform provider 6.x reads them with ListTagsForResource).
+SERVICES = ("cloudfront", "ec2", "iam", "route53", "s3", "s3control", "sts")
 MOTO_ACCOUNT = "123456789012"
 CREDENTIALS_SECRET = "aws-credentials"  # noqa: S105 - a Secret's name
 # The name the step input's awsProviderConfig defaults to (function/spec.py).
@@ -112,8 +113,14 @@ def multi_version_kinds(cp: AwsControlPlane) -> dict[str, str]:
     return out
 
 
-def provider_aws(cp: AwsControlPlane, *, poll: str) -> Process:
-    """The provider's monolith out of cluster against ``cp``, polling every ``poll``."""
+def provider_aws(cp: AwsControlPlane, *, poll: str, moto_endpoint: str) -> Process:
+    """The provider's monolith out of cluster against ``cp``, polling every ``poll``.
+
+    The AWS SDK puts the account id in front of S3 Control's host
+    (``123456789012.127.0.0.1:<port>``, for a bucket's tags), a name no resolver knows: the
+    provider's HTTP proxy is moto itself, which serves S3 Control by its path. Go never
+    proxies a loopback address, so every other call goes to moto (and the API server) directly.
+    """
     probe = free_port()
     argv = [
         str(cp.tool("provider-aws")),
@@ -124,7 +131,7 @@ def provider_aws(cp: AwsControlPlane, *, poll: str) -> Process:
         f"--metrics-bind-address=127.0.0.1:{free_port()}",
         f"--health-probe-bind-addr=127.0.0.1:{probe}",
     ]
-    env = {"KUBECONFIG": str(cp.kubeconfig), "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {"KUBECONFIG": str(cp.kubeconfig), "AWS_EC2_METADATA_DISABLED": "true", "HTTP_PROXY": moto_endpoint}
     process = start("provider-aws", argv, cp.logs, env=env)
     cp.processes["provider-aws"] = process
 
@@ -353,6 +360,22 @@ class Moto:
             "originAccessControls": sorted(self.origin_access_controls()),
             "records": {z: [f"{r['Name']} {r['Type']}" for r in rs] for z, rs in self.records().items() if rs},
         }
+
+
+def snapshot_entries(composed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entries of ``Moto.snapshot`` that the composed objects stand for on their own
+    (a bucket's sub-resources and a role's attachments are not entries)."""
+    out: dict[str, Any] = {}
+    for obj in composed:
+        at = obj.get("status", {}).get("atProvider", {})
+        kind = obj["kind"]
+        if kind == "Role":
+            out.setdefault("roles", []).append(_name(obj))
+        elif kind in {"Policy", "OpenIDConnectProvider"}:
+            out.setdefault("policies" if kind == "Policy" else "oidcProviders", []).append(at.get("arn"))
+        elif kind == "SecurityGroupIngressRule":
+            out.setdefault("ingressRules", []).append(at.get("securityGroupRuleId") or _name(obj))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def new_in(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
