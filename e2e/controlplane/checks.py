@@ -61,8 +61,8 @@ def _renamed(value: Any, names: dict[str, str]) -> Any:
 def assert_converged_like_the_world(composite: Composite) -> None:
     """The XR is Ready and Synced; the composed set, every composed body the function asked
     for, the XR status and the function's conditions equal what our World reaches from the
-    same XR spec and cluster objects."""
-    xr = composite.xr()
+    same XR spec and cluster objects (the XR as Crossplane settles it: Composite.settled_xr)."""
+    xr = composite.settled_xr()
     assert condition_status(xr, "Ready") == "True", conditions(xr)
     assert condition_status(xr, "Synced") == "True", conditions(xr)
     real = composite.composed()

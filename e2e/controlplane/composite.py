@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import yaml
@@ -25,6 +26,12 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def condition_status(obj: dict[str, Any] | None, typ: str) -> str:
     return str(conditions(obj).get(typ, {}).get("status", ""))
+
+
+def _replayed(ready: dict[str, Any] | None, ready_at: str) -> bool:
+    """Whether a Ready condition that is not True dates from no later than ``ready_at`` (RFC 3339
+    UTC times in Kubernetes' one format compare as strings)."""
+    return ready is not None and ready.get("status") != "True" and str(ready.get("lastTransitionTime", "")) <= ready_at
 
 
 def composed_ready(obj: dict[str, Any]) -> bool:
@@ -49,6 +56,8 @@ class Composite:
     capi: ClusterAPI = field(init=False)
     manifest: dict[str, Any] = field(init=False)
     control_plane_revisions: dict[str, int] = field(default_factory=dict)
+    # The XR's Ready lastTransitionTime when wait_ready last found it True.
+    ready_at: str | None = None
 
     def __post_init__(self) -> None:
         example_dir = ROOT / "examples" / self.example
@@ -146,7 +155,39 @@ class Composite:
                 return None
             return xr
 
-        return self.kube.wait_for(ready, f"{self.example} Ready", timeout_s=timeout_s, interval_s=0.5)
+        xr = self.kube.wait_for(ready, f"{self.example} Ready", timeout_s=timeout_s, interval_s=0.5)
+        self.ready_at = conditions(xr)["Ready"]["lastTransitionTime"]
+        return xr
+
+    def settled_xr(self, timeout_s: float = 60) -> dict[str, Any] | None:
+        """The XR, read again while its Ready condition is one Crossplane replays from before
+        the XR was Ready (after ``wait_ready``; otherwise the XR as it is).
+
+        Crossplane v2.4 applies the XR's status in the middle of a reconcile with the conditions
+        of the XR as that reconcile read it from its cache (composition_functions.go, Compose:
+        ``xr.SetConditions(cs...)`` before the status apply), and writes its own verdict only at
+        the end (reconciler.go: ``MarkConditions(synced, ready)``, then the status update). A
+        reconcile that read the XR one write behind, e.g. the status apply of the reconcile
+        before, so writes the Ready condition of before for a moment: lastTransitionTime and
+        all. Every status write of the XR enqueues the XR again, so under load this can repeat
+        for a while. A Ready condition no newer than the Ready=True ``wait_ready`` saw is such a
+        replay, and the next write of the XR ends it; one written since (a newer
+        lastTransitionTime) is the XR's own verdict, and is returned as it is.
+        """
+        xr = self.xr()
+        while xr is not None and self.ready_at is not None and _replayed(conditions(xr).get("Ready"), self.ready_at):
+            xr = self.kube.wait_for(
+                partial(self._written_after, xr["metadata"]["resourceVersion"]),
+                f"{self.example}: a write ending Crossplane's replay of {conditions(xr)['Ready']}",
+                timeout_s=timeout_s,
+                interval_s=0.1,
+            )
+        return xr
+
+    def _written_after(self, resource_version: str) -> dict[str, Any] | None:
+        """The XR, once written since ``resource_version``."""
+        got = self.xr()
+        return got if got is not None and got["metadata"]["resourceVersion"] != resource_version else None
 
     def required(self) -> list[dict[str, Any]]:
         """The cluster's objects as the API server holds them (what the function reads)."""

@@ -20,6 +20,7 @@ from e2e.controlplane.conftest import running_control_plane
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ControlPlane, StartError
 from e2e.controlplane.processes import Process
+from e2e.controlplane.timeline import StatusTimeline
 from e2e.controlplane.workload import (
     ChartServer,
     HelmHistory,
@@ -91,6 +92,16 @@ def helm_api(
     control_plane.remove_api("v2")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def timeline(control_plane: ControlPlane, helm_api: dict) -> Iterator[StatusTimeline]:
+    """Every change of the Releases' and the XR's conditions from before the XR is created, for
+    the readiness tests to show."""
+    recorder = StatusTimeline(control_plane.kube, (helm_api["spec"]["compositeTypeRef"]["apiVersion"], helm_api["spec"]["compositeTypeRef"]["kind"]))
+    recorder.start()
+    yield recorder
+    recorder.stop()
+
+
 @pytest.fixture(scope="module")
 def demo(
     control_plane: ControlPlane,
@@ -146,20 +157,27 @@ def test_provider_helm_installs_every_release_and_the_xr_converges(
     print(f"\nwebhook configurations removed from the workload cluster: {helm_history.removed_webhooks}")
 
 
-def test_the_xr_is_ready_before_provider_helm_polls_the_upgraded_cni(demo: Composite, helm_history: HelmHistory) -> None:
+def test_the_xr_is_ready_before_provider_helm_polls_the_upgraded_cni(
+    demo: Composite, helm_history: HelmHistory, timeline: StatusTimeline
+) -> None:
     """Once the webhook serves, the function upgrades the CNI's Release (aws-node restarts for
     IRSA). provider-helm, at its default poll, says that Release Ready again only 10 minutes
     later; the XR is Ready without waiting for it, on what provider-helm wrote after the
-    upgrade: Synced at the Release's generation and the release deployed."""
+    upgrade: Synced at the Release's generation and the release deployed.
+
+    The XR is read as Crossplane settles it (Composite.settled_xr): a reconcile that read the
+    XR from its cache one write behind writes the Ready condition of before the XR was Ready
+    (``Unready resources: lbc-release``, the last Release to turn Ready) for a moment."""
     cni = demo.composed()["cni-release"]
     cond = conditions(cni)
     assert helm_history.first(releases(demo)["cni-release"], status="pending-upgrade") is not None, helm_history.timeline()
     assert cni["status"]["atProvider"]["revision"] == 2, cni["status"]
-    xr_ready = conditions(demo.xr())["Ready"]
-    assert xr_ready["status"] == "True", xr_ready
+    xr_ready = conditions(demo.settled_xr())["Ready"]
+    assert xr_ready["status"] == "True", f"{xr_ready}\n{timeline.text()}"
+    assert demo.ready_at is not None
     if cond["Ready"]["status"] == "True":
         # provider-helm looked again for another reason: only after the XR was Ready.
-        assert cond["Ready"]["lastTransitionTime"] > xr_ready["lastTransitionTime"], (cond, xr_ready)
+        assert cond["Ready"]["lastTransitionTime"] > demo.ready_at, (cond, demo.ready_at)
     else:
         assert cond["Ready"]["reason"] == "Unavailable", cond
         assert cond["Synced"]["status"] == "True", cond
