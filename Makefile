@@ -37,7 +37,7 @@ demo: $(DEMO_STAMP)
 		"make test installs it with the aws extra and the dev tools into $(BIN)/."
 
 lint: $(STAMP)
-	$(BIN)/ruff check function tests scripts benchmarks e2e
+	$(BIN)/ruff check function function_tools tests scripts benchmarks e2e
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -62,10 +62,10 @@ vendor-check:
 	$(PYTHON) scripts/vendor_fixtures.py --check --shared $(SHARED)
 
 # The XRDs (apis/v*/definition.yaml), the Input CRD (package/input/) and the Compositions'
-# step input, from the Pydantic models in function/spec.py (function/apigen.py). The tests
+# step input, from the Pydantic models in function/spec.py (function_tools/apigen.py). The tests
 # fail while a committed file differs from what this writes.
 generate: $(STAMP)
-	$(BIN)/python -m function.apigen
+	$(BIN)/python -m function_tools.apigen
 
 # The suite on a Debian release's own python3 (default: the image's, image.toml; 12 has
 # 3.11, the oldest requires-python admits), chrooted into a debootstrap root cached under

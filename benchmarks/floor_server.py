@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from floors import FloorRunner
 
-from function.main import serve_options
+from function.serve import serve_options
 from function.server import ServeOptions, serve
 
 

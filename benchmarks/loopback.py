@@ -57,7 +57,7 @@ def function_command() -> list[str]:
     script = Path(sys.executable).parent / "function-cluster-plugin"
     if script.exists():
         return [str(script), "serve"]
-    return [sys.executable, "-m", "function.main", "serve"]
+    return [sys.executable, "-m", "function_tools.cli", "serve"]
 
 
 def floor_command(kind: str) -> list[str]:

@@ -191,10 +191,11 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
         "",
         (
             "`examples/selfhosted-full` (5 plugins, SelfHosted IRSA) played to convergence by "
-            "`function.world.World`, then one reconcile's requests through the required-resources "
-            "loop. Observed objects are made realistic in size (`benchmarks/workload.py`: metadata "
-            "with uid/resourceVersion/ownerReferences/finalizers, upjet's atProvider echoing "
-            "forProvider plus id/arn/tagsAll, conditions with lastTransitionTime; the XR carries "
+            "`function_tools.world.World`, then one reconcile's requests through the "
+            "required-resources loop. Observed objects are made realistic in size "
+            "(`benchmarks/workload.py`: metadata with uid/resourceVersion/ownerReferences/"
+            "finalizers, upjet's atProvider echoing forProvider plus id/arn/tagsAll, conditions "
+            "with lastTransitionTime; the XR carries "
             "`spec.crossplane.resourceRefs`); the run checks that this changes nothing in the "
             "function's answer. Floors: `noop` returns `response.to(req)`; `echo` also copies "
             "every observed resource into desired with `CopyFrom`."

@@ -1,4 +1,4 @@
-"""The requests the benchmarks send, built with the in-memory Crossplane (function.world).
+"""The requests the benchmarks send, built with the in-memory Crossplane (function_tools.world).
 
 Everything here is deterministic: the same code always builds byte-identical
 requests. ``World`` plays the example until it converges; the observed state it
@@ -24,8 +24,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
 from function.cluster import MAX_REQUIREMENT_ITERATIONS
-from function.files import step_from_composition
-from function.world import World
+from function_tools.files import step_from_composition
+from function_tools.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "selfhosted-full"

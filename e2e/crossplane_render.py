@@ -3,7 +3,7 @@
 Crossplane's render (CLI v2 with ``--crossplane-binary``) runs one real XR reconcile of
 Crossplane core (``internal render``: the composite reconciler, the function composer and
 its required-resources loop) against an in-memory API server, calling the function over
-gRPC through the Development runtime. The project's render (``function.render``) runs the
+gRPC through the Development runtime. The project's render (``function_tools.render``) runs the
 same function in process through its own model of that reconcile. Both print the XR, the
 composed resources and the results; every difference is a bug on one side.
 
@@ -46,8 +46,8 @@ from typing import Any
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import files, render
-from function.world import COMPOSITION_RESOURCE_NAME
+from function_tools import files, render
+from function_tools.world import COMPOSITION_RESOURCE_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from function.packaging import PROVIDER_REGISTRY, PROVIDERS, PackageSource, split_reference
+from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS, PackageSource, split_reference
 from scripts import release
 from tests.test_mtls import make_ca, make_leaf
 from tests.test_serve import free_port

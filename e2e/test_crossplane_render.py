@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from e2e import crossplane_render as xp
-from function import files, render
-from function.world import CLUSTER_KINDS
+from function_tools import files, render
+from function_tools.world import CLUSTER_KINDS
 
 STAGES = [False, True]
 CASES = [xp.Inputs(name, late) for name in xp.xr_examples() for late in STAGES]

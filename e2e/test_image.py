@@ -42,8 +42,9 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from function import files, fn
-from function.world import World
+from function import fn
+from function_tools import files
+from function_tools.world import World
 from scripts import build_image, debian_root
 from tests.test_serve import free_port, wait_port
 

@@ -40,9 +40,15 @@ import yaml
 
 from e2e.conftest import RELEASE_PATH
 from e2e.registry import MIRROR_PATH, PublishedRelease
-from function import apigen
 from function.flavour import XR_TYPES
-from function.packaging import HOME_SOURCE, PROVIDER_REGISTRY, PROVIDERS, PackageSource, object_name
+from function_tools import apigen
+from function_tools.packaging import (
+    HOME_SOURCE,
+    PROVIDER_REGISTRY,
+    PROVIDERS,
+    PackageSource,
+    object_name,
+)
 from scripts import build_image, release
 from tests.test_mtls import make_ca
 

@@ -4,7 +4,7 @@ These models are the single source of the error messages a user sees for bad
 input: every validation error becomes one FATAL result naming the field
 (``spec.storage.ebs.values``) and what is allowed. They are also the source of the
 XRDs in ``apis/`` and the Input CRD in ``package/input/`` (``make generate``,
-function/apigen.py): each field's description is what ``kubectl explain`` shows, and
+function_tools/apigen.py): each field's description is what ``kubectl explain`` shows, and
 ``json_schema_extra`` carries what only the API server needs (patterns of checks done
 here in validators, CEL rules).
 """

@@ -12,10 +12,10 @@ loopback, ``localhost:5000/function-cluster-plugin``, and function/__version__.p
   (``--embed-runtime-image-tarball``);
 - ``configuration-cluster-plugin-VERSION.xpkg`` (Crossplane v2, namespaced) and
   ``configuration-cluster-plugin-legacy-VERSION.xpkg`` (1.17+, claims): the Configuration
-  packages, built from package roots that ``function/apigen.py`` writes for REGISTRY and
+  packages, built from package roots that ``function_tools/apigen.py`` writes for REGISTRY and
   VERSION, so that each ``dependsOn`` names ``REGISTRY/function-cluster-plugin`` at
   ``vVERSION`` and each Composition calls the Function by the name Crossplane gives that
-  dependency (function/packaging.py);
+  dependency (function_tools/packaging.py);
 - ``install/``: what a user applies: per flavour (``namespaced/``, ``legacy/``) the
   ClusterRole of apis/rbac/ and the Configuration pointing at REGISTRY, and below it
   (``provider-config/``) the AWS provider config with IRSA; beside them the production wiring
@@ -65,9 +65,10 @@ from typing import Any
 
 import yaml
 
-from function import apigen
 from function.flavour import KINDS, XR_TYPES, XRType
-from function.packaging import (
+from function.spec import StepInput
+from function_tools import apigen
+from function_tools.packaging import (
     FUNCTION_PACKAGE,
     HOME_SOURCE,
     LOCAL_REGISTRY,
@@ -77,7 +78,6 @@ from function.packaging import (
     SourceError,
     object_name,
 )
-from function.spec import StepInput
 from scripts import build_image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

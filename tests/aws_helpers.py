@@ -71,11 +71,6 @@ from urllib.parse import urlencode
 
 import yaml
 
-from function.aws.checks import Clients
-from function.aws.issuer_checks import provider_arn_for
-from function.aws.role_checks import AddonRole, addon_roles, expected_policy_arn
-from function.aws.target import Target, build_target
-from function.files import load_documents
 from function.graph import CONTROL_PLANE, NODE, PortNeed
 from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG, IAM_PATH
 from function.oidc import discovery_document, jwks_document
@@ -90,6 +85,11 @@ from function.policies import (
     managed_policy_arn,
     trust_policy,
 )
+from function_tools.aws.checks import Clients
+from function_tools.aws.issuer_checks import provider_arn_for
+from function_tools.aws.role_checks import AddonRole, addon_roles, expected_policy_arn
+from function_tools.aws.target import Target, build_target
+from function_tools.files import load_documents
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -426,7 +426,7 @@ def make_clients(
     """Preflight's clients (through the real factory) against moto, sharing one boto3 Session."""
     import boto3
 
-    from function.aws.clients import make_clients as factory
+    from function_tools.aws.clients import make_clients as factory
 
     if not _SESSION:
         # Service models (EC2's is large) are parsed once per Session.

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from function.render import go_numbers
+from function_tools.render import go_numbers
 from tests.kube_schema import vendored_charts
 
 HELM_VERSION = "v3.17.2"  # what provider-helm v1.x embeds

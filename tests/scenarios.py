@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from function import files
-from function.world import World
+from function_tools import files
+from function_tools.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

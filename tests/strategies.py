@@ -1,7 +1,7 @@
 """Hypothesis strategies and helpers shared by the property, fault, secret and soak tests.
 
 Everything here builds plain dicts (XRs, step inputs, CAPI objects) that the tests
-turn into RunFunctionRequests, directly or through ``function.world.World``.
+turn into RunFunctionRequests, directly or through ``function_tools.world.World``.
 
 Example counts come from the hypothesis profile named by ``HYPOTHESIS_PROFILE``:
 ``fast`` (the default run, a few seconds per test) or ``soak`` (``make soak``).
@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from function import accept, fn
-from function.world import set_control_plane
+from function_tools.world import set_control_plane
 from tests.kube_schema import validate, validate_values
 from tests.scenarios import example
 
@@ -801,7 +801,7 @@ def _command() -> list[str]:
     script = Path(sys.executable).with_name("function-cluster-plugin")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "function.main"]
+    return [sys.executable, "-m", "function_tools.cli"]
 
 
 @contextmanager

@@ -8,7 +8,7 @@ for it in a separate interpreter:
 - the module, into ``function/addons/``;
 - one line in ``function/registry.py`` (and its import);
 - ``spec.logging.fluentBit`` and its chart default in ``function/spec.py``;
-- then ``make generate`` (``function/apigen.py``) writes the XRDs, the Input CRD
+- then ``make generate`` (``function_tools/apigen.py``) writes the XRDs, the Input CRD
   and the Compositions' chart defaults from the models and the declarations.
 
 Then it checks that everything derived from the declarations picks it up: its
@@ -122,7 +122,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(run.stdout)
     out["touched"] = touched
     generate = subprocess.run(
-        [sys.executable, "-m", "function.apigen", "--root", str(root)],
+        [sys.executable, "-m", "function_tools.apigen", "--root", str(root)],
         cwd=root,
         env=env,
         capture_output=True,

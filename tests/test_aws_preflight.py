@@ -30,14 +30,14 @@ from botocore.stub import Stubber
 from click.testing import CliRunner
 
 from function.accept import RegionError
-from function.aws import issuer_checks, role_checks
-from function.aws import preflight as pf
-from function.aws.checks import Check, Clients, Phase, Status
-from function.aws.cli import aws
-from function.aws.target import Target, build_target
 from function.names import CLUSTER_TAG, partition_of
 from function.oidc import jwks_document
 from function.policies import JWKS_KEY, STS_AUDIENCE, managed_policy_arn, trust_policy
+from function_tools.aws import issuer_checks, role_checks
+from function_tools.aws import preflight as pf
+from function_tools.aws.checks import Check, Clients, Phase, Status
+from function_tools.aws.cli import aws
+from function_tools.aws.target import Target, build_target
 from tests import aws_helpers as h
 
 

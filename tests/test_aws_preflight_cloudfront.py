@@ -22,15 +22,15 @@ from typing import Any, ClassVar
 import pytest
 from click.testing import CliRunner
 
-from function.aws import cloudfront_checks as cf
-from function.aws import preflight as pf
-from function.aws.checks import Check, Clients, Phase, Status
-from function.aws.cli import aws
-from function.aws.target import Target
-from function.files import load_documents
 from function.names import CLUSTER_TAG, PARTITIONS
 from function.oidc import discovery_document, jwks_document
 from function.policies import shared_bucket_policy
+from function_tools.aws import cloudfront_checks as cf
+from function_tools.aws import preflight as pf
+from function_tools.aws.checks import Check, Clients, Phase, Status
+from function_tools.aws.cli import aws
+from function_tools.aws.target import Target
+from function_tools.files import load_documents
 from tests import aws_helpers as h
 
 SHARED = "cloudfront-shared"

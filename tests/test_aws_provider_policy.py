@@ -40,12 +40,12 @@ import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
-from function.aws.checks import Clients
-from function.aws.cli import aws
-from function.aws.provider_policy import UNSCOPED_ACTIONS, CloudFrontHosting, provider_policy
-from function.aws.target import Target
 from function.names import CLUSTER_TAG, IAM_PATH, PARTITIONS, Names
 from function.policies import DISCOVERY_KEY, JWKS_KEY
+from function_tools.aws.checks import Clients
+from function_tools.aws.cli import aws
+from function_tools.aws.provider_policy import UNSCOPED_ACTIONS, CloudFrontHosting, provider_policy
+from function_tools.aws.target import Target
 from tests import aws_helpers as h
 
 DENIED = {"AccessDenied", "AccessDeniedException", "403", "UnauthorizedOperation"}

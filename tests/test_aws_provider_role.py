@@ -21,9 +21,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function.aws.cli import aws
-from function.aws.provider_policy import provider_policy
-from function.aws.provider_role import (
+from function_tools.aws.cli import aws
+from function_tools.aws.provider_policy import provider_policy
+from function_tools.aws.provider_role import (
     POLICY_NAME,
     ROLE_ARN_ANNOTATION,
     RUNTIME_CONFIG,
@@ -32,8 +32,8 @@ from function.aws.provider_role import (
     ProviderRoleError,
     aws_providers,
 )
-from function.main import cli
-from function.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
+from function_tools.cli import cli
+from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
 from tests import aws_helpers as h
 from tests.kube_schema import validate
 

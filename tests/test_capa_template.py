@@ -17,10 +17,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import fn, issuer, template_values
+from function import fn
 from function.addons import vpc_cni
-from function.main import cli
-from function.world import World
+from function_tools import issuer, template_values
+from function_tools.cli import cli
+from function_tools.world import World
 from tests import capa_template
 from tests.kube_schema import CRDRegistry, assert_valid, validate_with_schema
 

@@ -10,7 +10,7 @@ from crossplane.function import resource
 
 from function.addons import ccm
 from function.cluster import external_cloud_provider
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import SCENARIOS, by_name, example, find, staged_control_plane
 
 # EKS runs its own.

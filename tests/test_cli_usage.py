@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-COMMAND = [sys.executable, "-m", "function.main"]
+COMMAND = [sys.executable, "-m", "function_tools.cli"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import SCENARIOS, Scenario, by_name, staged_control_plane
 
 CLOUDFRONT_SCENARIOS = [s for s in SCENARIOS if s.example.startswith("cloudfront-")]

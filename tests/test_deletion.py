@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from crossplane.function import resource
 
-from function import fn, simulate
+from function import fn
 from function.plan import USAGE_ENDS
-from function.world import Reconcile, World, orphaned
+from function_tools import simulate
+from function_tools.world import Reconcile, World, orphaned
 from tests import kube_schema
 from tests.scenarios import SCENARIOS, Scenario, by_name, example
 
@@ -396,7 +397,7 @@ def test_protect_cluster_is_refused_for_legacy_xrs(name: str) -> None:
 def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     from click.testing import CliRunner
 
-    from function.main import cli
+    from function_tools.cli import cli
 
     result = CliRunner().invoke(
         cli,

@@ -5,7 +5,7 @@
   node, gate, Usage or port that changes fails here until the document says it too.
 - Every section of docs/architecture.md the code and tests cite (by its heading, in quotes
   after the file's name) is a heading there.
-- Every module of ``function/`` is listed under "The modules", and has a layer in "The layers"
+- Every module of ``function/`` and ``function_tools/`` is listed under "The modules", and has a layer in "The layers"
   that its imports respect.
 - Every repository path, ``make`` target and ``function-cluster-plugin`` subcommand and flag the
   README, SECURITY.md and docs/ name exists; every ``function-cluster-plugin`` command line they
@@ -37,13 +37,14 @@ import yaml
 from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import accept, apigen, plan, registry
+from function import accept, plan, registry
 from function.accept import Accepted
 from function.cluster import ClusterFacts
 from function.flavour import LEGACY_XR, NAMESPACED_XR
 from function.graph import Ctx, Node, Observed, Readiness
-from function.main import cli
 from function.spec import StepInput
+from function_tools import apigen
+from function_tools.cli import cli
 from tests import readme
 from tests.readme import README
 from tests.scenarios import example
@@ -297,7 +298,7 @@ CITATION = re.compile(r'docs/architecture\.md,\s*"([^"]+)"')
 
 
 def _citations() -> Iterator[tuple[str, str]]:
-    for top in ("function", "tests", "e2e", "scripts", "benchmarks"):
+    for top in ("function", "function_tools", "tests", "e2e", "scripts", "benchmarks"):
         for path in sorted((ROOT / top).rglob("*.py")):
             # A citation may run over a comment's line break.
             text = re.sub(r"\n\s*#?\s*", " ", path.read_text())
@@ -335,14 +336,17 @@ def test_every_module_is_listed() -> None:
         str(p.relative_to(ROOT))
         if p.name != "__init__.py" or p.parent.name != "data"
         else str(p.parent.relative_to(ROOT)) + "/"
-        for p in (ROOT / "function").rglob("*.py")
+        for package in ("function", "function_tools")
+        for p in (ROOT / package).rglob("*.py")
     }
     assert sorted(modules - listed) == []
     assert (
         sorted(
             m
             for m in listed
-            if m.startswith("function/") and m.endswith(".py") and m not in modules
+            if m.startswith(("function/", "function_tools/"))
+            and m.endswith(".py")
+            and m not in modules
         )
         == []
     )
@@ -455,14 +459,15 @@ def test_the_layer_table_is_the_import_graph() -> None:
     layer_of = {name: i for i, row in enumerate(rows) for name in _code(row[1])}
 
     def layer(module: str) -> int | None:
+        if module.split(".", maxsplit=1)[0] == "function_tools":
+            return layer_of.get("function_tools/*")
         short = module.removeprefix("function.")
-        for package in ("addons", "aws"):
-            if short.startswith(f"{package}."):
-                return layer_of.get(f"{package}/*")
+        if short.startswith("addons."):
+            return layer_of.get("addons/*")
         return layer_of.get(short)
 
     graph = _graph()
-    packages = {"function", "function.addons", "function.aws", "function.data"}
+    packages = {"function", "function.addons", "function.data"}
     assert sorted(m for m in graph if m not in packages and layer(m) is None) == []
     upward = [
         (m, d)
@@ -626,7 +631,7 @@ def test_the_install_checklist_is_at_most_eight_steps_of_one_command_each() -> N
 
 
 def test_the_checklist_applies_what_the_release_writes() -> None:
-    from function.packaging import HOME_SOURCE
+    from function_tools.packaging import HOME_SOURCE
     from scripts import release
 
     files = release.install_files(HOME_SOURCE)
@@ -658,7 +663,7 @@ def test_the_checklist_generates_the_cluster_the_template_values_are_for() -> No
     """template-values and clusterctl name the same cluster and namespace, every variable the
     template needs without a default is set by one of them or clusterctl, and the wait names
     the ClusterPlugin the template makes."""
-    from function import template_values
+    from function_tools import template_values
 
     commands = [c for (c,) in readme.step_commands()]
     (values,) = [
@@ -694,7 +699,7 @@ def test_the_checklist_generates_the_cluster_the_template_values_are_for() -> No
 
 
 def _template_variables() -> set[str]:
-    from function import template_values
+    from function_tools import template_values
 
     values = template_values.compute("team-a", "demo", "us-east-1")
     return set(values.variables())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import EKS_ISSUER, EKS_PROVIDER, by_name, find, staged_control_plane
 
 

@@ -30,12 +30,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function.aws.checks import Clients
-from function.aws.cli import aws
-from function.aws.role_checks import addon_roles
-from function.aws.target import Target, build_target
-from function.files import load_documents
 from function.policies import STS_AUDIENCE, pod_identity_trust_policy
+from function_tools.aws.checks import Clients
+from function_tools.aws.cli import aws
+from function_tools.aws.role_checks import addon_roles
+from function_tools.aws.target import Target, build_target
+from function_tools.files import load_documents
 from tests import aws_helpers as h
 from tests import capa
 from tests.test_aws_preflight_cloudfront import certificate, platform_setup

@@ -22,11 +22,11 @@ from crossplane.function import logging
 from parliament import analyze_policy_string
 
 from function.addons import external_dns
-from function.aws import preflight as pf
-from function.aws.cli import aws
 from function.names import PARTITIONS, Names
 from function.policies import external_dns_policy
-from function.world import World
+from function_tools.aws import preflight as pf
+from function_tools.aws.cli import aws
+from function_tools.world import World
 from tests import aws_helpers as h
 from tests.kube_schema import validate_values
 from tests.scenarios import EXAMPLES, Scenario, by_name, example, find, staged_control_plane

@@ -37,7 +37,7 @@ from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function.world import World
+from function_tools.world import World
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario
 

@@ -293,7 +293,7 @@ def _stage_request(
     observed_ready: list[str], *, initialized: bool, available: bool
 ) -> dict[str, Any]:
     """The selfhosted example with the given nodes observed Ready."""
-    from function.world import World, set_control_plane
+    from function_tools.world import World, set_control_plane
 
     xr, required = example("selfhosted-full")
     required = copy.deepcopy(required)
@@ -416,7 +416,7 @@ def test_stage_addons_wait_for_the_webhook() -> None:
 def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> None:
     """The control plane and the AWSCluster vanish: nothing observed may drop out of desired."""
     xr, required = example("selfhosted-full")
-    from function.world import World
+    from function_tools.world import World
 
     world = World(xr, required)
     world.run(12)
@@ -435,7 +435,7 @@ def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> N
 
 
 def test_results_only_on_transitions() -> None:
-    from function.world import World
+    from function_tools.world import World
 
     xr, required = example("selfhosted-full")
     world = World(xr, required)

@@ -16,7 +16,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
 from function import fn
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import example
 
 
@@ -33,7 +33,7 @@ def server():
         [
             sys.executable,
             "-m",
-            "function.main",
+            "function_tools.cli",
             "serve",
             "--insecure",
             "--address",

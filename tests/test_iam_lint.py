@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from parliament import analyze_policy_string
 
 from function.names import Names
-from function.world import World
+from function_tools.world import World
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario, by_name, find
 
@@ -139,7 +139,7 @@ def _partition(region: str) -> str:
 class PartitionedWorld(World):
     """The in-memory world, reporting ARNs in the partition of the XR's region.
 
-    function/world.py derives an ARN's partition from ``forProvider.region``, which IAM
+    function_tools/world.py derives an ARN's partition from ``forProvider.region``, which IAM
     resources do not have, so it reports ``arn:aws:`` roles and (GovCloud) OIDC providers
     in every region. AWS would not: fix the observed ARNs so the checks see real ones.
     """

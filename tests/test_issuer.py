@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import files, issuer, render
-from function.main import cli
+from function_tools import files, issuer, render
+from function_tools.cli import cli
 from tests.scenarios import own_input
 
 ROOT = Path(__file__).resolve().parent.parent

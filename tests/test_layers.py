@@ -1,18 +1,24 @@
-"""The package is layered: no import cycles, and each layer imports only those below it.
+"""The packages are layered: no import cycles, and each layer imports only those below it.
+
+``function`` is the runtime, what the image runs; ``function_tools`` (the CLI, the
+simulator, render, the in-memory Crossplane, code generation, packaging, the AWS
+checks) depends on it and never the other way, not even lazily.
 
 Read from the source (module-level imports; those inside functions are the lazy
-ones of the CLI and do not count), so a cycle fails here even where Python's
-import order would hide it.
+ones of the CLI and do not count for cycles), so a cycle fails here even where
+Python's import order would hide it.
 """
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "function"
+PACKAGES = (ROOT / "function", ROOT / "function_tools")
 
 
 def _module(path: Path) -> str:
@@ -37,8 +43,12 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return out
 
 
+def _files() -> dict[str, Path]:
+    return {_module(p): p for package in PACKAGES for p in package.rglob("*.py")}
+
+
 def _graph() -> dict[str, set[str]]:
-    files = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    files = _files()
     modules = set(files)
     return {m: _imports(p, modules) - {m} for m, p in files.items()}
 
@@ -72,6 +82,38 @@ def test_layers() -> None:
     # The runner reaches the add-ons only through the registry.
     assert not graph["function.fn"] & addons
     # The commands reach the function's rules through accept, never through the runner.
-    for command in ("function.issuer", "function.aws.target"):
+    for command in ("function_tools.issuer", "function_tools.aws.target"):
         assert "function.accept" in graph[command]
         assert "function.fn" not in _reaches(graph, command), command
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at module level or inside a function."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_runtime_never_imports_the_tools() -> None:
+    runtime = {m: p for m, p in _files().items() if m.split(".")[0] == "function"}
+    assert "function.fn" in runtime
+    assert "function.serve" in runtime
+    for module, path in runtime.items():
+        tools = {n for n in _all_imports(path) if n.split(".")[0] == "function_tools"}
+        assert not tools, f"{module} imports {sorted(tools)}"
+
+
+def test_serve_imports_only_the_runtime() -> None:
+    """What the container runs loads no module of the tools (a clean interpreter)."""
+    code = (
+        "import sys; from function.serve import serve; from function import fn, server; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'function_tools'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
+    ).stdout
+    assert out.strip() == "[]"

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from function.plan import USAGE_ENDS
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, by_name, staged_control_plane
 
 

@@ -1192,7 +1192,7 @@ def _port(address: str) -> int:
 
 def test_production_wiring_example() -> None:
     """The whole wiring validates; every serve flag parses; probes, ports and scraping agree."""
-    from function import main, server
+    from function import serve, server
 
     docs = list(yaml.safe_load_all((ROOT / "examples" / "production" / "function.yaml").read_text()))
     by_kind = {d["kind"]: d for d in docs}
@@ -1213,7 +1213,7 @@ def test_production_wiring_example() -> None:
     assert pdb["spec"]["minAvailable"] < drc["replicas"]
 
     # Every arg is one `serve` accepts (parsed by the click command itself).
-    params = main.serve.make_context("serve", list(container["args"])).params
+    params = serve.serve.make_context("serve", list(container["args"])).params
     opts = server.ServeOptions(**{k: v for k, v in params.items() if k != "debug"})
     # Drain: within the pod's grace period, with time to spare for the kubelet's SIGKILL.
     assert 0 < opts.drain_grace < pod["terminationGracePeriodSeconds"]
@@ -1247,7 +1247,7 @@ def test_every_description_names_every_addon() -> None:
 
     from click.testing import CliRunner
 
-    from function.main import cli
+    from function_tools.cli import cli
 
     def annotations(path: Path) -> str:
         meta = yaml.safe_load(path.read_text())["metadata"]["annotations"]

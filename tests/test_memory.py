@@ -66,15 +66,15 @@ def test_grpc_is_handed_bytes_never_a_decoded_message(wl: workload.Workload) -> 
 # Modules only the other commands need (render, simulate, issuer, aws, the generators),
 # and what they bring: none of them is in the server's RSS.
 TOOLS_ONLY = (
-    "function.apigen", "function.aws.preflight", "function.files", "function.issuer",
-    "function.packaging", "function.render", "function.simulate", "function.world",
+    "function_tools.apigen", "function_tools.aws.preflight", "function_tools.files", "function_tools.issuer",
+    "function_tools.packaging", "function_tools.render", "function_tools.simulate", "function_tools.world",
     "boto3", "difflib", "yaml",
 )  # fmt: skip
 
 
 def test_serve_imports_no_module_only_the_tools_need() -> None:
     """What ``function-cluster-plugin serve`` imports before its first call (as shipped)."""
-    code = "import sys; from function import main, server, fn; print(*sorted(sys.modules))"
+    code = "import sys; from function_tools import cli; from function import server, fn; print(*sorted(sys.modules))"
     env = loopback.server_env()
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert set(run.stdout.split()) & set(TOOLS_ONLY) == set()

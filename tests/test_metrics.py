@@ -1,6 +1,6 @@
 """`serve --metrics-address`: scraped over HTTP while a lifecycle runs through the real server.
 
-The World (function/world.py) plays whole ClusterPlugin lifecycles with every call going
+The World (function_tools/world.py) plays whole ClusterPlugin lifecycles with every call going
 over gRPC to `function-cluster-plugin serve`; the test counts what it sent and what came
 back, scrapes `/metrics` mid-run and at the end, and checks the numbers: calls by result,
 request and response bytes, FATALs by field, plugins by phase and reason against the
@@ -25,7 +25,7 @@ from function import fn
 from function.__version__ import __version__
 from function.metrics import OTHER, Bounded, Metrics, PluginStates, field_label, xr_key
 from function.plan import PluginStatus
-from function.world import World
+from function_tools.world import World
 from tests import strategies as gen
 from tests.scenarios import example, own_input
 from tests.test_serve import TLS, Server, serve

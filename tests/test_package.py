@@ -33,7 +33,7 @@ stored copy names them):
   bare ``vX.Y.Z`` means exactly that version. A dependency missing from the cluster is created
   with the name ToDNSLabel(repository) (internal/controller/pkg/resolver/reconciler.go), so
   the function is ``function-cluster-plugin-function-cluster-plugin``, the name the
-  Compositions call (function/packaging.py computes it for any registry; make release
+  Compositions call (function_tools/packaging.py computes it for any registry; make release
   writes both for the registry it publishes under).
 
 Crossplane keeps no CRD it validates crossplane.yaml with; its repository generates some under
@@ -59,7 +59,7 @@ import pytest
 import yaml
 
 from function.__version__ import __version__
-from function.packaging import object_name
+from function_tools.packaging import object_name
 from tests.kube_schema import validate_with_schema
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from function.names import Names
-from function.world import Composed, World
+from function_tools.world import Composed, World
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario, staged_control_plane
 

@@ -33,9 +33,10 @@ import yaml
 from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import files, fn, render
-from function.main import cli
-from function.world import World
+from function import fn
+from function_tools import files, render
+from function_tools.cli import cli
+from function_tools.world import World
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -784,7 +785,7 @@ CASES += [
             "kind: not a ClusterPlugin: Input should be 'ClusterPlugin' or 'XClusterPlugin', got none",
         ),
     ),
-    # --- files the commands cannot read as Kubernetes objects (function/files.py) ---
+    # --- files the commands cannot read as Kubernetes objects (function_tools/files.py) ---
     *(
         Case(
             f"not-utf8-{slug}",
@@ -1002,7 +1003,7 @@ def test_serve_refuses_an_address_in_one_line(
     others = ["--address", "127.0.0.1:0"] if option != "--address" else []
     argv = ["serve", "--insecure", *others, option, address.format(port=taken_port)]
     r = subprocess.run(
-        [sys.executable, "-m", "function.main", *argv],
+        [sys.executable, "-m", "function_tools.cli", *argv],
         capture_output=True,
         text=True,
         timeout=60,

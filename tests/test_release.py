@@ -1,7 +1,7 @@
 """A release's names and checks, without the crossplane CLI (e2e/test_release.py runs it).
 
 - The name Crossplane gives a package it installs as a dependency, as its source computes
-  it (function/packaging.py cites where): the upstream test table of ``ToDNSLabel`` and
+  it (function_tools/packaging.py cites where): the upstream test table of ``ToDNSLabel`` and
   go-containerregistry's registry/repository split.
 - A REGISTRY or VERSION the packages cannot be published under is refused, saying why.
 - The Configuration files generated for a registry agree: ``dependsOn`` names that
@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
-from function import apigen
 from function.flavour import KINDS, LEGACY_XR, NAMESPACED_XR, XR_TYPES
-from function.packaging import (
+from function.spec import StepInput
+from function_tools import apigen
+from function_tools.packaging import (
     HOME_SOURCE,
     PROVIDER_REGISTRY,
     PackageSource,
@@ -35,7 +36,6 @@ from function.packaging import (
     object_name,
     split_reference,
 )
-from function.spec import StepInput
 from scripts import release
 from tests.kube_schema import validate
 from tests.readme import README, quick_start, yaml_blocks

@@ -32,7 +32,7 @@ from google.protobuf import json_format
 
 from function import cluster, fn, plan
 from function.oidc import jwks_document
-from function.world import World
+from function_tools.world import World
 from tests import strategies as gen
 from tests.scenarios import by_name, staged_control_plane
 

@@ -12,7 +12,7 @@ from crossplane.function import logging
 from google.protobuf import json_format
 
 from function import fn
-from function.world import World
+from function_tools.world import World
 from tests.scenarios import SCENARIOS, by_name, staged_control_plane
 
 EXPECTED_SUBJECTS = {

@@ -26,7 +26,9 @@ import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from function import main, server
+from function import serve as serve_command
+from function import server
+from function_tools import cli
 from tests import test_mtls
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -107,7 +109,7 @@ class Server:
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("function-cluster-plugin")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "function.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "function_tools.cli"]
 
 
 def wait_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
@@ -184,7 +186,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TLS:
 
 
 def _parse(*args: str) -> dict[str, object]:
-    ctx = main.serve.make_context("serve", list(args))
+    ctx = serve_command.serve.make_context("serve", list(args))
     return dict(ctx.params)
 
 
@@ -192,13 +194,13 @@ def test_serve_keeps_the_sdk_flags_and_env_vars() -> None:
     p = _parse("--insecure", "--address", ":1", "--max-recv-message-size", "8", "--tls-certs-dir", "/x", "-d")
     assert p["insecure"] is True and p["address"] == ":1" and p["debug"] is True
     assert p["max_recv_message_size"] == 8 and p["tls_certs_dir"] == "/x" and p["max_send_message_size"] is None
-    ctx = main.serve.make_context("serve", [], default_map=None)
+    ctx = serve_command.serve.make_context("serve", [], default_map=None)
     assert ctx.params["address"] == "0.0.0.0:9443"
     env = {"TLS_SERVER_CERTS_DIR": "/tls/server", "DRAIN_GRACE": "10s", "MAX_CONNECTION_AGE": "2m"}
     got = {}
 
     @click.command()
-    @main.serve_options
+    @serve_command.serve_options
     def probe(**kw: object) -> None:
         got.update(kw)
 
@@ -229,17 +231,17 @@ def test_serve_defaults_suit_kubernetes_and_crossplane() -> None:
     [("30", 30.0), ("1.5", 1.5), ("250ms", 0.25), ("90s", 90.0), ("5m", 300.0), ("1m30s", 90.0), ("1h", 3600.0)],
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert main.DURATION.convert(text, None, None) == seconds
+    assert serve_command.DURATION.convert(text, None, None) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "5 m", "m", "5x", "-1s", "1m-3s"])
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(click.BadParameter):
-        main.DURATION.convert(text, None, None)
+        serve_command.DURATION.convert(text, None, None)
 
 
 def test_serve_help_lists_every_flag() -> None:
-    out = CliRunner().invoke(main.cli, ["serve", "--help"]).output
+    out = CliRunner().invoke(cli.cli, ["serve", "--help"]).output
     for flag in (
         "--address", "--insecure", "--tls-server-certs-dir", "--max-recv-message-size", "--drain-grace",
         "--health-address", "--metrics-address", "--metrics-window", "--max-connection-age",
@@ -249,7 +251,7 @@ def test_serve_help_lists_every_flag() -> None:
 
 
 def test_serve_help_names_each_flags_environment_variable_and_the_duration_format() -> None:
-    out = " ".join(CliRunner().invoke(main.cli, ["serve", "--help"]).output.split())
+    out = " ".join(CliRunner().invoke(cli.cli, ["serve", "--help"]).output.split())
     for envvar in (
         "ADDRESS", "INSECURE", "TLS_SERVER_CERTS_DIR", "MAX_RECV_MESSAGE_SIZE", "MAX_SEND_MESSAGE_SIZE",
         "DEBUG", "DRAIN_GRACE", "HEALTH_ADDRESS", "METRICS_ADDRESS", "METRICS_WINDOW",
@@ -261,12 +263,12 @@ def test_serve_help_names_each_flags_environment_variable_and_the_duration_forma
 
 
 def test_serve_without_credentials_says_what_to_pass_in_one_line(tmp_path: Path) -> None:
-    r = CliRunner().invoke(main.cli, ["serve"], env={"TLS_SERVER_CERTS_DIR": "", "INSECURE": ""})
+    r = CliRunner().invoke(cli.cli, ["serve"], env={"TLS_SERVER_CERTS_DIR": "", "INSECURE": ""})
     assert r.exit_code == 2
     assert r.output.count("\n") == 1 and "Traceback" not in r.output
     assert "--tls-server-certs-dir DIR" in r.output and "--insecure" in r.output
     (tmp_path / "tls.key").write_text("key")
-    r = CliRunner().invoke(main.cli, ["serve", "--tls-server-certs-dir", str(tmp_path)])
+    r = CliRunner().invoke(cli.cli, ["serve", "--tls-server-certs-dir", str(tmp_path)])
     assert r.exit_code == 2
     assert r.output.count("\n") == 1
     assert f"--tls-server-certs-dir {tmp_path} lacks tls.crt, ca.crt" in r.output
@@ -275,7 +277,7 @@ def test_serve_without_credentials_says_what_to_pass_in_one_line(tmp_path: Path)
 def test_serve_imports_no_metrics_library_unless_asked() -> None:
     """Cold start: prometheus_client (~25 ms to import) only with --metrics-address."""
     code = (
-        "import sys; from function import main, server, fn; "
+        "import sys; from function_tools import cli; from function import server, fn; "
         "print('prometheus_client' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function import files, simulate
-from function.main import cli
+from function_tools import files, simulate
+from function_tools.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -9,7 +9,7 @@ from crossplane.function import resource
 
 from e2e.controlplane import model
 from e2e.controlplane.composite import Composite, condition_status, conditions
-from function.world import World
+from function_tools.world import World
 
 STATUS_FIELDS = ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion")
 CROSSPLANE_CONDITIONS = {"Ready", "Synced", "Responsive"}

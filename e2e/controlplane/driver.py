@@ -37,7 +37,7 @@ from lightkube import ApiError
 
 from e2e.controlplane.kube import Kube
 from function.flavour import KINDS
-from function.world import COMPOSITION_RESOURCE_NAME, _arn, orphaned, set_control_plane
+from function_tools.world import COMPOSITION_RESOURCE_NAME, _arn, orphaned, set_control_plane
 
 PROVIDER_FINALIZER = "finalizer.managedresource.crossplane.io"
 CAPI_CLUSTER_FINALIZER = "cluster.cluster.x-k8s.io"

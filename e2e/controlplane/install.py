@@ -31,9 +31,9 @@ import yaml
 from e2e.controlplane.composite import conditions
 from e2e.controlplane.harness import ControlPlane, friendly_id
 from e2e.registry import PublishedRelease
-from function import apigen
 from function.flavour import NAMESPACED_XR, XRType
-from function.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
+from function_tools import apigen
+from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
 from scripts import release
 from tests import readme
 

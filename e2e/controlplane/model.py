@@ -18,7 +18,7 @@ import copy
 from typing import Any
 
 from function import fn
-from function.world import Composed, World
+from function_tools.world import Composed, World
 
 CONTROL_PLANE_INITIALIZED = "control plane initialized"
 CONTROL_PLANE_AVAILABLE = "control plane available"

@@ -32,7 +32,7 @@ from e2e.controlplane.checks import subset_differences
 from e2e.controlplane.composite import condition_status, conditions
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT, ControlPlane
-from function import render, template_values
+from function_tools import render, template_values
 from tests import capa_template
 
 NAMESPACE, CLUSTER, REGION = "capa-template", "green", "us-west-2"

@@ -52,9 +52,9 @@ from e2e.controlplane.install import (
     revision_name,
 )
 from e2e.registry import PublishedRelease
-from function import apigen
 from function.flavour import NAMESPACED_XR
-from function.packaging import PROVIDER_REGISTRY, PROVIDERS
+from function_tools import apigen
+from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS
 from scripts import release
 from tests import readme
 

@@ -10,8 +10,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from function.addons import external_dns
-from function.aws.checks import Check, Status, absent, code, denied, plural
 from function.spec import ExternalDNSSpec
+from function_tools.aws.checks import Check, Status, absent, code, denied, plural
 
 FIELD = external_dns.ADDON.spec_path
 

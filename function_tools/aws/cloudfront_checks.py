@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from function.aws.checks import Check, Status, absent, code, denied, tag_map
 from function.names import CLUSTER_TAG, Partition
 from function.policies import CLOUDFRONT_SERVICE, shared_bucket_policy
+from function_tools.aws.checks import Check, Status, absent, code, denied, tag_map
 
 CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
 ALL_FOUR = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")

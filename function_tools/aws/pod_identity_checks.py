@@ -16,9 +16,9 @@ from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
-from function.aws.checks import Check, Status, absent
 from function.names import Partition
 from function.policies import managed_policy_arn
+from function_tools.aws.checks import Check, Status, absent
 
 ACTION = "eks-auth:AssumeRoleForPodIdentity"
 # The role clusterawsadm makes for CAPA's EKS managed node groups

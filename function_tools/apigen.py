@@ -1,7 +1,7 @@
 """Generate the API files from the Pydantic models: ``make generate``.
 
-``python -m function.apigen`` writes, from function/spec.py (the XR spec and the step
-input) and function/xr_status.py (the XR status):
+``python -m function_tools.apigen`` writes, from function/spec.py (the XR spec and the step
+input) and function_tools/xr_status.py (the XR status):
 
 - ``apis/v2/definition.yaml`` and ``apis/v1/definition.yaml``: the XRDs of the two
   flavours (function/flavour.py says what differs between them);
@@ -11,7 +11,7 @@ input) and function/xr_status.py (the XR status):
 - ``apis/v2/crossplane.yaml`` and ``apis/v1/crossplane.yaml``: the Configuration packages'
   metadata, whose ``dependsOn`` names the function package the Compositions call.
 
-The function package's registry and version (function/packaging.py) decide both the
+The function package's registry and version (function_tools/packaging.py) decide both the
 dependency and the name the Compositions call the function by: the committed files name
 the project's home (``HOME_SOURCE``); ``--registry``/``--version`` with ``--root`` write
 the files of another release (``make release`` does, into its work folder).
@@ -49,15 +49,15 @@ from pydantic_core import core_schema
 
 from function import spec as spec_module
 from function.flavour import XR_GROUP, XR_TYPES, XR_VERSION, XRType
-from function.packaging import (
+from function.spec import INPUT_GROUP, INPUT_KIND, INPUT_VERSION, ClusterPluginSpec, StepInput
+from function_tools.packaging import (
     HOME_SOURCE,
     PROVIDER_REGISTRY,
     PROVIDERS,
     PackageSource,
     SourceError,
 )
-from function.spec import INPUT_GROUP, INPUT_KIND, INPUT_VERSION, ClusterPluginSpec, StepInput
-from function.xr_status import ClusterPluginStatus
+from function_tools.xr_status import ClusterPluginStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 INPUT_CRD_PATH = Path("package/input") / f"{INPUT_GROUP}_inputs.yaml"
@@ -872,7 +872,7 @@ def _configuration_header(xr: XRType, source: PackageSource) -> str:
         else ""
     )
     paragraphs = [
-        HEADER.format(sources="function/apigen.py and function/packaging.py"),
+        HEADER.format(sources="function_tools/apigen.py (and packaging.py)"),
         (
             f"Configuration package {package.name} ({_flavour_line(xr)}): the XRD "
             "(definition.yaml beside this file) and its Composition (composition.yaml), with the "
@@ -953,7 +953,7 @@ def write_files(root: Path, files: Mapping[Path, str] | None = None) -> list[Pat
 
 def main(argv: list[str] | None = None, out: Callable[[str], object] = sys.stderr.write) -> int:
     """``make generate``: write the API files, or with ``--check`` only compare them."""
-    parser = argparse.ArgumentParser(prog="python -m function.apigen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m function_tools.apigen", description=__doc__)
     parser.add_argument("--check", action="store_true", help="write nothing; fail if stale")
     parser.add_argument(
         "--root", type=Path, default=ROOT, help="the repository (default: %(default)s)"

@@ -9,7 +9,7 @@ provider's ARN alone (the partition and account are in it):
   commands that create it (``-o aws``, to review and run with ``sh``);
 - the Kubernetes objects that make the providers use it: a DeploymentRuntimeConfig giving
   every AWS provider the one service account with the role's annotation, and the AWS
-  providers the Configurations depend on (``function/packaging.py``), at their pinned
+  providers the Configurations depend on (``function_tools/packaging.py``), at their pinned
   versions and under the names Crossplane gives a dependency it installs, so the
   Configuration finds them installed and uses them;
 - with ``--create``, the role itself (boto3: created, or its trust and policy updated when it
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from function.names import PARTITIONS
-from function.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
+from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
 
 ROLE_NAME = "crossplane-clusterplugin"
 ROLE_PATH = "/"

@@ -32,8 +32,8 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.files import DEFAULT_STEP, InputFileError
-from function.world import COMPOSITION_RESOURCE_NAME, Composed, World
+from function_tools.files import DEFAULT_STEP, InputFileError
+from function_tools.world import COMPOSITION_RESOURCE_NAME, Composed, World
 
 RESULT_API_VERSION = "render.crossplane.io/v1beta1"
 # crossplane render's conditionTime(): a fixed time, so output does not churn.

@@ -14,7 +14,10 @@ from urllib.parse import unquote
 from botocore.exceptions import ClientError
 
 from function import registry
-from function.aws.checks import (
+from function.names import CLUSTER_TAG, IAM_PATH
+from function.policies import STS_AUDIENCE, managed_policy_arn, trust_policy
+from function.spec import ClusterPluginSpec, IRSAMode
+from function_tools.aws.checks import (
     RENAME_FIX,
     Check,
     Status,
@@ -24,10 +27,7 @@ from function.aws.checks import (
     plural,
     tag_map,
 )
-from function.aws.target import Target
-from function.names import CLUSTER_TAG, IAM_PATH
-from function.policies import STS_AUDIENCE, managed_policy_arn, trust_policy
-from function.spec import ClusterPluginSpec, IRSAMode
+from function_tools.aws.target import Target
 
 WEB_IDENTITY = "sts:AssumeRoleWithWebIdentity"
 

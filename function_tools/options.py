@@ -1,7 +1,7 @@
 """The options the local commands share, defined once: each is spelled the same everywhere.
 
-``render``, ``simulate`` and ``issuer`` (``function/main.py``) and ``aws preflight`` and
-``aws provider-policy`` (``function/aws/cli.py``) read the same files: the XR, the
+``render``, ``simulate`` and ``issuer`` (``function_tools/cli.py``) and ``aws preflight`` and
+``aws provider-policy`` (``function_tools/aws/cli.py``) read the same files: the XR, the
 Cluster API objects (``--required``, ``-e`` as ``crossplane render`` spells it), the
 step input (``--input``) or the Composition that carries it (``--composition``).
 Imports only click, so every command's ``--help`` stays quick.

@@ -2,7 +2,7 @@
 
 Each check is a small function taking boto3 clients and plain values, and
 returning :class:`Check` results (name, pass/warn/fail, what was found, how to
-fix it); ``function/aws/preflight.py`` strings them together.
+fix it); ``function_tools/aws/preflight.py`` strings them together.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Clients:
-    """The boto3 clients preflight uses (see ``function.aws.clients.make_clients``)."""
+    """The boto3 clients preflight uses (see ``function_tools.aws.clients.make_clients``)."""
 
     sts: Any
     s3: Any

@@ -13,7 +13,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from function.aws.checks import (
+from function.names import CLUSTER_TAG, Partition
+from function.oidc import KeyProblemError, jwks_document
+from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE
+from function_tools.aws.checks import (
     RENAME_FIX,
     Check,
     Status,
@@ -26,9 +29,6 @@ from function.aws.checks import (
     plural,
     tag_map,
 )
-from function.names import CLUSTER_TAG, Partition
-from function.oidc import KeyProblemError, jwks_document
-from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE
 
 OIDC_PROVIDER_QUOTA = 100
 OIDC_PROVIDER_WARN_AT = 90

@@ -1,6 +1,6 @@
 """The status the function writes on a ClusterPlugin, as Pydantic models.
 
-The source of the XRDs' status schema (``make generate``, function/apigen.py): a key the
+The source of the XRDs' status schema (``make generate``, function_tools/apigen.py): a key the
 schema does not name would be pruned by the API server. The function itself writes
 plain dicts (function/plan.py, function/deletion.py) and never imports this module; the
 tests check every status it writes in every scenario against the generated schema.

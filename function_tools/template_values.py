@@ -6,7 +6,7 @@ with ``--service-account-issuer=${CLUSTER_PLUGIN_ISSUER_URL}``: the SelfHosted i
 ClusterPlugin that will be made of the same template, which depends on the namespace, the
 cluster's name, the region and the ``namePrefix`` of the Composition that composes it. This
 command prints it for a namespace and a cluster name, before any XR file exists, by asking
-``function.issuer`` (the computation the function itself uses for ``status.issuerURL``) about
+``function_tools.issuer`` (the computation the function itself uses for ``status.issuerURL``) about
 the ClusterPlugin the template makes, and says which prefix it used::
 
     eval "$(function-cluster-plugin template-values demo -n team-a --region us-east-1 \
@@ -14,7 +14,7 @@ the ClusterPlugin the template makes, and says which prefix it used::
     clusterctl generate cluster demo --target-namespace team-a \
         --from templates/cluster-template-clusterplugin.yaml > demo.yaml
 
-Imports only click at module level: ``function/main.py`` registers the command, and the
+Imports only click at module level: ``function_tools/cli.py`` registers the command, and the
 server's start pays nothing for it.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import click
 
-from function import options
-from function.options import InputError
+from function_tools import options
+from function_tools.options import InputError
 
 # The template this command computes for, and the variables it fills (docs/capa-template.md).
 TEMPLATE = "templates/cluster-template-clusterplugin.yaml"
@@ -146,8 +146,8 @@ def compute(
     Raises ``files.InputFileError`` for a step input or Composition that cannot be used and
     ``issuer.IssuerError`` for what the function would refuse (a bad name or region).
     """
-    from function import files, issuer  # noqa: PLC0415
     from function.flavour import NAMESPACED_XR  # noqa: PLC0415
+    from function_tools import files, issuer  # noqa: PLC0415
 
     # The template's ClusterPlugin as the issuer depends on it: its name, namespace and
     # cluster; SelfHosted with the default hosting (S3Public) and bucket name.
@@ -225,7 +225,7 @@ def template_values_cmd(
     templates/cluster-template-clusterplugin.yaml (docs/capa-template.md), before any
     XR exists. Says which namePrefix the issuer was computed with.
     """
-    from function import files, issuer  # noqa: PLC0415
+    from function_tools import files, issuer  # noqa: PLC0415
 
     from_env = ctx.get_parameter_source("region") is click.core.ParameterSource.ENVIRONMENT
     region_from = REGION_VARIABLE if from_env else "--region"

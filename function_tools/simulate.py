@@ -46,7 +46,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.addons import cni
-from function.world import World, orphaned
+from function_tools.world import World, orphaned
 
 CONTROL_PLANE = "control-plane"
 _CONDITION_STATUS = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}

@@ -20,17 +20,15 @@ cold start pays only for what serving needs.
 
 from __future__ import annotations
 
-import os
-import re
 import sys
-from typing import Any, ClassVar
+from typing import Any
 
 import click
-from crossplane.function import cli as sdkcli
 
-from function import options
 from function.__version__ import __version__
-from function.template_values import template_values_cmd
+from function.serve import serve
+from function_tools import options
+from function_tools.template_values import template_values_cmd
 
 
 class OneLineUsageErrors(click.Group):
@@ -70,171 +68,6 @@ def cli() -> None:
     """
 
 
-DURATION_FORMAT = "seconds (90, 1.5) or a Go-style duration: 90s, 5m, 1m30s, 250ms, 1h"
-
-
-class Duration(click.ParamType):
-    """Seconds, or a Go-style duration: 90s, 5m, 1m30s, 250ms, 1h."""
-
-    name = "duration"
-    _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-    _UNIT: ClassVar[dict[str, float]] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        """The duration in seconds."""
-        if isinstance(value, int | float):
-            return float(value)
-        text = str(value).strip()
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        parts = self._PART.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            self.fail(f"{value!r} is not a duration (e.g. 30s, 5m, 1m30s)", param, ctx)
-        return sum(float(n) * self._UNIT[u] for n, u in parts)
-
-
-DURATION = Duration()
-
-
-def serve_options(func: Any) -> Any:
-    """The SDK's standard options plus drain, health, metrics, connection age and keepalive."""
-    for option in reversed(
-        [
-            click.option(
-                "--drain-grace",
-                type=DURATION,
-                default="25s",
-                show_default=True,
-                envvar="DRAIN_GRACE",
-                help="On SIGTERM: health turns NOT_SERVING, every call already received is "
-                "answered, later ones are refused with UNAVAILABLE, and the process exits "
-                "within this time (keep it under the pod's terminationGracePeriodSeconds, "
-                "30s by default).",
-            ),
-            click.option(
-                "--health-address",
-                default="",
-                envvar="HEALTH_ADDRESS",
-                help="Also serve grpc.health.v1.Health in plaintext on this address (e.g. "
-                ":8081) for kubelet gRPC probes, which cannot speak mTLS. The health service "
-                "is always served on --address too.",
-            ),
-            click.option(
-                "--metrics-address",
-                default="",
-                envvar="METRICS_ADDRESS",
-                help="Serve Prometheus metrics at http://ADDRESS/metrics (e.g. :8080, the "
-                "port Crossplane declares as 'metrics' on every package runtime). Off by "
-                "default.",
-            ),
-            click.option(
-                "--metrics-window",
-                "metrics_xr_ttl",
-                type=DURATION,
-                default="30m",
-                show_default=True,
-                envvar="METRICS_WINDOW",
-                help="An XR's plugin phases count in the plugins metric until this long "
-                "after its last call (longer than the XRs' reconcile interval).",
-            ),
-            click.option(
-                "--max-connection-age",
-                type=DURATION,
-                default="5m",
-                show_default=True,
-                envvar="MAX_CONNECTION_AGE",
-                help="Send each client connection a GOAWAY after this long (+-10% jitter), so "
-                "clients such as Crossplane re-resolve the Service and reach new replicas. 0 "
-                "turns it off.",
-            ),
-            click.option(
-                "--max-connection-age-grace",
-                type=DURATION,
-                default="1m",
-                show_default=True,
-                envvar="MAX_CONNECTION_AGE_GRACE",
-                help="After that GOAWAY, calls in flight on the connection get this long to "
-                "finish before it closes.",
-            ),
-            click.option(
-                "--keepalive-min-ping-interval",
-                type=DURATION,
-                default="30s",
-                show_default=True,
-                envvar="KEEPALIVE_MIN_PING_INTERVAL",
-                help="Accept client keepalive pings this far apart or further (grpc's default "
-                "is 5m; a client pinging faster is sent away with GOAWAY too_many_pings).",
-            ),
-            click.option(
-                "--keepalive-permit-without-calls/--no-keepalive-permit-without-calls",
-                default=True,
-                show_default=True,
-                envvar="KEEPALIVE_PERMIT_WITHOUT_CALLS",
-                help="Accept those pings on connections with no call in flight too (grpc's "
-                "default holds them to one per 2 hours).",
-            ),
-        ]
-    ):
-        func = option(func)
-    return sdkcli.standard_options(func)
-
-
-class ServeUsageError(click.ClickException):
-    """What to pass to ``serve``, in one line (exit code 2, like other usage errors)."""
-
-    exit_code = 2
-
-
-# What Crossplane mounts into a function's pod (runtime.load_credentials reads them).
-TLS_FILES = ("tls.crt", "tls.key", "ca.crt")
-
-
-def _check_credentials(insecure: bool, tls_certs_dir: str | None) -> None:  # noqa: FBT001
-    if insecure:
-        return
-    if not tls_certs_dir:
-        msg = (
-            "serve needs --tls-server-certs-dir DIR (env TLS_SERVER_CERTS_DIR, a directory "
-            f"holding {', '.join(TLS_FILES)}: what Crossplane mounts), or --insecure "
-            "(plaintext, for local runs such as crossplane render)"
-        )
-        raise ServeUsageError(msg)
-    missing = [f for f in TLS_FILES if not os.path.isfile(os.path.join(tls_certs_dir, f))]
-    if missing:
-        msg = (
-            f"--tls-server-certs-dir {tls_certs_dir} lacks {', '.join(missing)}: it must hold "
-            f"{', '.join(TLS_FILES)} (the server's certificate and key, and the CA that signs "
-            "Crossplane's client certificate), or pass --insecure"
-        )
-        raise ServeUsageError(msg)
-
-
-@cli.command(epilog=f"DURATION: {DURATION_FORMAT}.")
-@serve_options
-def serve(*, debug: bool, **kwargs: Any) -> None:
-    """Serve the composition function over gRPC (mTLS unless --insecure).
-
-    SIGTERM drains (see --drain-grace); grpc.health.v1.Health reports SERVING while the
-    function answers; --metrics-address serves Prometheus metrics. Every flag can also
-    be given by the environment variable shown with it.
-    """
-    _check_credentials(kwargs["insecure"], kwargs["tls_certs_dir"])
-    # Kept out of `--help` and the other commands: they need none of it.
-    from function import fn  # noqa: PLC0415
-    from function.server import ListenError, ServeOptions, serve  # noqa: PLC0415
-
-    try:
-        serve(ServeOptions(**kwargs), fn.FunctionRunner, debug=debug)
-    except ListenError as err:
-        if err.usage:
-            raise ServeUsageError(str(err)) from None
-        raise click.ClickException(str(err)) from None
-
-
 # --- local tools: render, simulate, issuer ------------------------------------
 
 _v1_option = click.option(
@@ -249,7 +82,7 @@ def _step_input(
     input_file: str | None, composition: str | None, xr: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """(step name, step input) from --input, else from --composition, else defaults."""
-    from function import files  # noqa: PLC0415
+    from function_tools import files  # noqa: PLC0415
 
     return files.step_input(input_file, composition, xr)
 
@@ -294,7 +127,7 @@ def render_cmd(
     results as render.crossplane.io/v1beta1 Result objects. No Docker, no cluster.
     Exits 1 with the message on stderr when the function returns a FATAL result.
     """
-    from function import files, render  # noqa: PLC0415
+    from function_tools import files, render  # noqa: PLC0415
 
     try:
         xr = files.load_one(xr_file, "composite resource")
@@ -439,8 +272,9 @@ def simulate_cmd(
     and exits 1 if anything was deleted while the cluster existed or while a Usage of it
     was still there, a Release was uninstalled, or anything was left once it was gone.
     """
-    from function import accept, files, simulate  # noqa: PLC0415
+    from function import accept  # noqa: PLC0415
     from function.spec import InvalidInputError  # noqa: PLC0415
+    from function_tools import files, simulate  # noqa: PLC0415
 
     try:
         xr = files.load_one(xr_file, "composite resource")
@@ -519,8 +353,8 @@ def issuer_cmd(
     first boot, so this runs before the cluster exists. For irsa.mode External it
     prints the given issuer; for Disabled it exits 2.
     """
-    from function import files, issuer  # noqa: PLC0415
     from function.accept import accept_input  # noqa: PLC0415
+    from function_tools import files, issuer  # noqa: PLC0415
 
     try:
         xr = files.load_one(xr_file, "composite resource")
@@ -558,7 +392,7 @@ def issuer_cmd(
 
 def _add_aws_group() -> None:
     # Imports no boto3: `aws preflight` loads it when it runs.
-    from function.aws.cli import aws  # noqa: PLC0415
+    from function_tools.aws.cli import aws  # noqa: PLC0415
 
     cli.add_command(aws)
 
@@ -573,6 +407,7 @@ def _show_environment_variables(group: click.Group) -> None:
                 param.show_envvar = True
 
 
+cli.add_command(serve)
 _add_aws_group()
 cli.add_command(template_values_cmd)
 _show_environment_variables(cli)

@@ -1,7 +1,7 @@
 """Account preflight: will what the function composes work in this AWS account?
 
 :func:`run` strings the checks (``checks``, ``issuer_checks``, ``role_checks``,
-``dns_checks``, ``network_checks``) together for one :class:`~function.aws.target.Target`.
+``dns_checks``, ``network_checks``) together for one :class:`~function_tools.aws.target.Target`.
 
 Phases: ``before`` checks that nothing stands in the way of creating the
 resources (account-level S3 Block Public Access, a bucket name taken by someone
@@ -20,8 +20,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from function.aws import cloudfront_checks as cf
-from function.aws.checks import (
+from function.graph import external_issuer
+from function.names import partition_of
+from function.policies import DISCOVERY_KEY, JWKS_KEY, pod_identity_trust_policy
+from function.spec import DistributionMode, IRSAMode
+from function_tools.aws import cloudfront_checks as cf
+from function_tools.aws.checks import (
     Check,
     Clients,
     Phase,
@@ -30,8 +34,8 @@ from function.aws.checks import (
     check_credentials,
     not_found,
 )
-from function.aws.dns_checks import check_hosted_zones
-from function.aws.issuer_checks import (
+from function_tools.aws.dns_checks import check_hosted_zones
+from function_tools.aws.issuer_checks import (
     BucketState,
     PrivateReader,
     check_account_public_access_block,
@@ -43,14 +47,15 @@ from function.aws.issuer_checks import (
     check_oidc_provider,
     provider_arn_for,
 )
-from function.aws.network_checks import check_external_resource_gc, check_security_groups
-from function.aws.pod_identity_checks import DEFAULT_NODE_ROLE, check_node_role
-from function.aws.role_checks import RoleExpectation, addon_roles, check_role, expected_policy_arn
-from function.aws.target import Target
-from function.graph import external_issuer
-from function.names import partition_of
-from function.policies import DISCOVERY_KEY, JWKS_KEY, pod_identity_trust_policy
-from function.spec import DistributionMode, IRSAMode
+from function_tools.aws.network_checks import check_external_resource_gc, check_security_groups
+from function_tools.aws.pod_identity_checks import DEFAULT_NODE_ROLE, check_node_role
+from function_tools.aws.role_checks import (
+    RoleExpectation,
+    addon_roles,
+    check_role,
+    expected_policy_arn,
+)
+from function_tools.aws.target import Target
 
 
 @dataclass

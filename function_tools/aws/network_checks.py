@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from function.addons import security_groups
-from function.aws.checks import Check, Status, missing
-from function.aws.target import Target
 from function.cluster import EXTERNAL_RESOURCE_GC
 from function.graph import CONTROL_PLANE, NODE, PortNeed
+from function_tools.aws.checks import Check, Status, missing
+from function_tools.aws.target import Target
 
 
 def check_external_resource_gc(target: Target) -> Check | None:

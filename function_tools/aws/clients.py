@@ -13,8 +13,8 @@ import boto3
 from botocore import UNSIGNED
 from botocore.config import Config
 
-from function.aws.preflight import Clients
 from function.spec import CLOUDFRONT_CERTIFICATE_REGION as CLOUDFRONT_REGION
+from function_tools.aws.preflight import Clients
 
 
 def _is_local(endpoint_url: str) -> bool:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from function import options
 from function.names import PARTITIONS
+from function_tools import options
 
 if TYPE_CHECKING:
-    from function.aws.preflight import Report
+    from function_tools.aws.preflight import Report
 
 # boto3 is the [aws] extra; make demo and make test install it into .venv/.
 AWS_EXTRA_HINT = "install the aws extra from the checkout: pip install -e '.[aws]'"
@@ -124,16 +124,16 @@ def preflight(
     try:
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-        from function.aws import preflight as pf  # noqa: PLC0415
-        from function.aws.clients import make_clients  # noqa: PLC0415
-        from function.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
+        from function_tools.aws import preflight as pf  # noqa: PLC0415
+        from function_tools.aws.clients import make_clients  # noqa: PLC0415
+        from function_tools.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
     except ImportError as err:
         msg = f"aws preflight needs boto3 ({err}): {AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
     from function.accept import RegionError  # noqa: PLC0415
-    from function.aws.target import build_target  # noqa: PLC0415
-    from function.files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
     from function.spec import InvalidInputError  # noqa: PLC0415
+    from function_tools.aws.target import build_target  # noqa: PLC0415
+    from function_tools.files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
 
     try:
         xr_doc = load_one(xr_file, "composite resource")
@@ -247,14 +247,14 @@ def _policy_document(
 ) -> dict[str, Any]:
     """The provider's policy for the options; a usage error for what it cannot be made of."""
     from function.accept import accept_input  # noqa: PLC0415
-    from function.aws.provider_policy import (  # noqa: PLC0415
+    from function.spec import InvalidInputError  # noqa: PLC0415
+    from function_tools.aws.provider_policy import (  # noqa: PLC0415
         CloudFrontHosting,
         default_bucket_prefix,
         default_role_prefix,
         provider_policy,
     )
-    from function.files import InputFileError, step_input  # noqa: PLC0415
-    from function.spec import InvalidInputError  # noqa: PLC0415
+    from function_tools.files import InputFileError, step_input  # noqa: PLC0415
 
     try:
         _, raw = step_input(input_file, composition)
@@ -367,8 +367,8 @@ def provider_role_cmd(
     role's annotation and the AWS Providers the Configurations depend on, using it. With
     --create, makes the role first (progress on stderr).
     """
-    from function.aws import provider_role  # noqa: PLC0415
-    from function.aws.provider_role import ProviderRole, ProviderRoleError  # noqa: PLC0415
+    from function_tools.aws import provider_role  # noqa: PLC0415
+    from function_tools.aws.provider_role import ProviderRole, ProviderRoleError  # noqa: PLC0415
 
     match = re.match(r"^arn:([a-z-]+):iam::(\d{12}):", oidc_provider_arn)
     partition, account = match.groups() if match else ("aws", "*")
