@@ -66,9 +66,30 @@ from e2e.controlplane.kube import Kube
 from e2e.controlplane.processes import Process
 from tests.helm import Rendering
 
-EXAMPLE = "selfhosted-full"
-NAMESPACE = "team-t"
 ALLOWED = "Allowed"
+
+
+@dataclass(frozen=True)
+class Hosting:
+    """An issuer hosting, by the example that uses it, converged in a namespace of its own."""
+
+    name: str
+    example: str
+    namespace: str
+
+    def prepare(self, moto: Moto, manifest: dict[str, Any]) -> None:
+        """What the platform team sets up before the XR: a Shared distribution's private bucket."""
+        cloud_front = manifest["spec"]["irsa"].get("hosting", {}).get("cloudFront", {})
+        if cloud_front.get("distribution") == "Shared":
+            bucket = cloud_front["bucketName"]
+            if bucket not in {b["Name"] for b in moto.clients.s3.list_buckets()["Buckets"]}:
+                moto.clients.s3.create_bucket(Bucket=bucket)
+
+
+HOSTINGS = [
+    Hosting("S3Public", "selfhosted-full", "team-t"),
+    Hosting("CloudFrontShared", "cloudfront-shared", "team-s"),
+]
 
 
 @dataclass
@@ -107,9 +128,11 @@ def aws_api(aws_control_plane: AwsControlPlane, aws_providers: Providers) -> Ite
     aws_control_plane.remove_api("v2")
 
 
-@pytest.fixture(scope="module")
-def cluster(aws_control_plane: AwsControlPlane, aws_api: dict, aws_providers: Providers, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    composite = Composite(aws_control_plane, aws_providers, EXAMPLE, aws_api, NAMESPACE)
+@pytest.fixture(scope="module", params=HOSTINGS, ids=[h.name for h in HOSTINGS])
+def cluster(request: pytest.FixtureRequest, aws_control_plane: AwsControlPlane, aws_api: dict, aws_providers: Providers, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Cluster:  # noqa: PLR0917 - fixtures come by name
+    hosting: Hosting = request.param
+    composite = Composite(aws_control_plane, aws_providers, hosting.example, aws_api, hosting.namespace)
+    hosting.prepare(moto, composite.manifest)
     issuer = issuer_of(composite.manifest, aws_api, tmp_path_factory.mktemp("issuer"))
     xr = converge(composite)
     composed = composite.composed()
