@@ -76,19 +76,42 @@ class Hosting:
     name: str
     example: str
     namespace: str
+    legacy: bool = False  # a cluster-scoped XClusterPlugin (apis/v1) in the CAPI namespace
 
     def prepare(self, moto: Moto, manifest: dict[str, Any]) -> None:
-        """What the platform team sets up before the XR: a Shared distribution's private bucket."""
+        """What the platform team sets up before the XR: a Shared distribution's private
+        bucket; a Managed one's hosted zone (moto names its zones: the XR is given its id)."""
         cloud_front = manifest["spec"]["irsa"].get("hosting", {}).get("cloudFront", {})
         if cloud_front.get("distribution") == "Shared":
             bucket = cloud_front["bucketName"]
             if bucket not in {b["Name"] for b in moto.clients.s3.list_buckets()["Buckets"]}:
                 moto.clients.s3.create_bucket(Bucket=bucket)
+        if cloud_front.get("distribution") == "Managed":
+            zone = cloud_front["domain"].split(".", 1)[1]
+            made = moto.clients.route53.create_hosted_zone(Name=zone, CallerReference=f"e2e-{zone}")
+            cloud_front["hostedZoneId"] = made["HostedZone"]["Id"].removeprefix("/hostedzone/")
+
+
+class ClusterScopedComposite(Composite):
+    """A legacy XClusterPlugin created as is (cluster-scoped), its CAPI objects in ``namespace``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.manifest["metadata"].pop("namespace")
+
+    @property
+    def namespaced(self) -> bool:
+        return False
+
+    def resource(self) -> dict[str, Any] | None:
+        m = self.manifest
+        return self.kube.get(m["apiVersion"], m["kind"], m["metadata"]["name"])
 
 
 HOSTINGS = [
     Hosting("S3Public", "selfhosted-full", "team-t"),
     Hosting("CloudFrontShared", "cloudfront-shared", "team-s"),
+    Hosting("CloudFrontManaged", "cloudfront-managed", "platform", legacy=True),
 ]
 
 
@@ -128,12 +151,27 @@ def aws_api(aws_control_plane: AwsControlPlane, aws_providers: Providers) -> Ite
     aws_control_plane.remove_api("v2")
 
 
+@pytest.fixture(scope="module")
+def legacy_aws_providers(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> Iterator[Providers]:
+    yield from played_providers(aws_control_plane, namespaced=False)
+
+
+@pytest.fixture(scope="module")
+def legacy_aws_api(aws_control_plane: AwsControlPlane, legacy_aws_providers: Providers) -> Iterator[dict]:
+    composition = aws_control_plane.install_api("v1")
+    yield composition
+    aws_control_plane.remove_api("v1")
+
+
 @pytest.fixture(scope="module", params=HOSTINGS, ids=[h.name for h in HOSTINGS])
-def cluster(request: pytest.FixtureRequest, aws_control_plane: AwsControlPlane, aws_api: dict, aws_providers: Providers, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Cluster:  # noqa: PLR0917 - fixtures come by name
+def cluster(request: pytest.FixtureRequest, aws_control_plane: AwsControlPlane, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     hosting: Hosting = request.param
-    composite = Composite(aws_control_plane, aws_providers, hosting.example, aws_api, hosting.namespace)
+    kind = ClusterScopedComposite if hosting.legacy else Composite
+    api = request.getfixturevalue("legacy_aws_api" if hosting.legacy else "aws_api")
+    providers = request.getfixturevalue("legacy_aws_providers" if hosting.legacy else "aws_providers")
+    composite = kind(aws_control_plane, providers, hosting.example, api, hosting.namespace)
     hosting.prepare(moto, composite.manifest)
-    issuer = issuer_of(composite.manifest, aws_api, tmp_path_factory.mktemp("issuer"))
+    issuer = issuer_of(composite.manifest, api, tmp_path_factory.mktemp("issuer"))
     xr = converge(composite)
     composed = composite.composed()
     releases = [o for o in composed.values() if o["kind"] == "Release"]
