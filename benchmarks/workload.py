@@ -23,8 +23,8 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function.cluster import MAX_REQUIREMENT_ITERATIONS
 from function_tools.files import step_from_composition
+from function_tools.resolve import MAX_REQUIREMENT_ITERATIONS
 from function_tools.world import World
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,28 +6,31 @@ The one path every command takes: the function's runner (``fn.py``, and so
 field; the function turns it into one FATAL result, the commands into one
 message and a non-zero exit, all with the same words.
 
-Two stages, as the function meets them: ``accept`` judges the XR and its input
+Two stages, as the function meets them: ``accept_xr`` judges the XR and its input
 alone (validity, the owned Helm values, an External issuer, the cluster's
-namespace, a bucket name override) and derives the namespace, flavour, names and
-the wanted add-ons; ``refuse`` judges them against the cluster's facts, once read.
+namespace, a bucket name override) and derives the namespace, flavour, names, the
+wanted add-ons and what to look for (``cluster.Lookup``); ``refuse_for_cluster``
+judges them against the cluster's facts, once read. The commands enter through
+``accept_xr_object`` (the XR as a file gives it) or ``accept_step_input`` (the input
+alone), and ``function_tools/resolve.py`` reads their cluster objects as Crossplane
+would hand them over.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from crossplane.function import resource
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from function import cluster, registry, structs
 from function.addons import pod_identity
-from function.cluster import ClusterFacts
+from function.cluster import ClusterFacts, Lookup, Requirements
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
@@ -62,34 +65,7 @@ class Accepted:
     wants_irsa: bool  # one of them has an IRSA role
     hosts_issuer: bool  # SelfHosted IRSA: the issuer is composed
     port_needs: tuple[PortNeed, ...]
-
-    def requirements(self, req: fnv1.RunFunctionRequest) -> cluster.Requirements:
-        """What to ask Crossplane for, given what ``req`` already holds."""
-        return cluster.requirements(
-            req,
-            cluster_name=self.spec.cluster_name,
-            namespace=self.namespace,
-            want_sa_secret=self.hosts_issuer,
-            step=self.step,
-        )
-
-    def read_facts(
-        self, req: fnv1.RunFunctionRequest, asked: cluster.Requirements | None = None
-    ) -> ClusterFacts:
-        """The cluster's facts in ``req`` (with ``asked``: only in what this call asks for)."""
-        return cluster.read_facts(
-            req, cluster_name=self.spec.cluster_name, namespace=self.namespace, asked=asked
-        )
-
-    def request_from(self, objs: Iterable[Mapping[str, Any]]) -> fnv1.RunFunctionRequest:
-        """The request Crossplane would send once it resolved, among ``objs``, what is asked."""
-        return cluster.request_from_objects(
-            objs,
-            cluster_name=self.spec.cluster_name,
-            namespace=self.namespace,
-            want_sa_secret=self.hosts_issuer,
-            step=self.step,
-        )
+    lookup: Lookup  # what to ask Crossplane for and read: the cluster's objects, its key
 
     def context(self, facts: ClusterFacts, observed: Observed) -> Ctx:
         """What the add-ons' builders and gates read during one call."""
@@ -104,10 +80,6 @@ class Accepted:
             wants_irsa=self.wants_irsa,
             port_needs=self.port_needs,
         )
-
-    def issuer_url(self, region: str, facts: ClusterFacts | None = None) -> str:
-        """The service-account issuer (SelfHosted: in ``region``; else ``graph.issuer_url``)."""
-        return issuer_url(self.spec, self.names, region, facts)
 
 
 # --- the XR and its input alone ------------------------------------------------------
@@ -154,7 +126,7 @@ def _parse_input(input_bytes: bytes) -> StepInput:
 def _shared_input(input_bytes: bytes) -> bytes:
     """The first bytes object equal to ``input_bytes``, shared.
 
-    Every ``_accept`` entry of one Composition's XRs then holds the same step input,
+    Every ``_accept_parts`` entry of one Composition's XRs then holds the same step input,
     not a copy of its own per XR (1.9 KB each for the shipped Composition).
     """
     return input_bytes
@@ -314,7 +286,7 @@ def kubernetes_object_problem(doc: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _accept(
+def _accept_parts(
     spec_key: bytes,
     input_bytes: bytes,
     xr_namespace: str | None,
@@ -357,6 +329,7 @@ def _accept(
     if problems:
         raise InvalidInputError.of(problems)
     wants_irsa = registry.wants_irsa(spec)
+    hosts_issuer = wants_irsa and spec.irsa.mode is IRSAMode.SELF_HOSTED
     return Accepted(
         spec=spec,
         step=step,
@@ -371,14 +344,20 @@ def _accept(
         ),
         wanted=registry.wanted(spec),
         wants_irsa=wants_irsa,
-        hosts_issuer=wants_irsa and spec.irsa.mode is IRSAMode.SELF_HOSTED,
+        hosts_issuer=hosts_issuer,
         port_needs=registry.port_needs(spec),
+        lookup=Lookup(
+            cluster_name=spec.cluster_name,
+            namespace=namespace,
+            want_sa_secret=hosts_issuer,
+            versions=step.cluster_api,
+        ),
     )
 
 
-def accept(xr: struct_pb2.Struct, step_input: struct_pb2.Struct) -> Accepted:
+def accept_xr(xr: struct_pb2.Struct, step_input: struct_pb2.Struct) -> Accepted:
     """The accepted XR (observed composite) and step input; InvalidInputError otherwise."""
-    return _accept(
+    return _accept_parts(
         _spec_key(structs.struct_at(xr, "spec") or _EMPTY),
         _shared_input(step_input.SerializeToString(deterministic=True)),
         structs.str_at(xr, "metadata", "namespace"),
@@ -395,14 +374,14 @@ def _xr_type(xr: struct_pb2.Struct) -> tuple[str | None, str | None]:
     return api_version or None, kind or None
 
 
-def accept_objects(xr: Mapping[str, Any], step_input: Mapping[str, Any] | None) -> Accepted:
-    """``accept`` for the XR and step input as a command reads them from files."""
-    return accept(
+def accept_xr_object(xr: Mapping[str, Any], step_input: Mapping[str, Any] | None) -> Accepted:
+    """``accept_xr`` for the XR and step input as a command reads them from files."""
+    return accept_xr(
         resource.dict_to_struct(dict(xr)), resource.dict_to_struct(dict(step_input or {}))
     )
 
 
-def accept_input(step_input: Mapping[str, Any] | None) -> StepInput:
+def accept_step_input(step_input: Mapping[str, Any] | None) -> StepInput:
     """The step input alone, judged as the function judges it (``aws provider-policy``)."""
     return _parse_input(
         resource.dict_to_struct(dict(step_input or {})).SerializeToString(deterministic=True)
@@ -411,7 +390,7 @@ def accept_input(step_input: Mapping[str, Any] | None) -> StepInput:
 
 def cache_clear() -> None:
     """Forget every accepted XR and input (tests: no answer may depend on the caches)."""
-    _accept.cache_clear()
+    _accept_parts.cache_clear()
     _parse_spec.cache_clear()
     _parse_input.cache_clear()
 
@@ -450,7 +429,7 @@ def recorded_issuer(xr: struct_pb2.Struct) -> RecordedIssuer:
     return RecordedIssuer(url, status["oidcProviderARN"].string_value)
 
 
-def refuse(
+def refuse_for_cluster(
     accepted: Accepted, facts: ClusterFacts, recorded: RecordedIssuer = NO_RECORDED_ISSUER
 ) -> None:
     """Raise InvalidInputError for a spec or input this cluster cannot have."""
@@ -622,7 +601,7 @@ def _issuer_change(accepted: Accepted, recorded: RecordedIssuer, region: str | N
         return None
     if accepted.names.cloudfront is None and not region:
         return None  # the S3Public issuer needs the region: judged once it is known
-    would_be = accepted.issuer_url(region or "")
+    would_be = issuer_url(accepted.spec, accepted.names, region or "")
     if not recorded.url or recorded.url == would_be:
         return None
     return (
@@ -633,32 +612,6 @@ def _issuer_change(accepted: Accepted, recorded: RecordedIssuer, region: str | N
         "providers, two trust statements per role) is not supported: put spec.irsa back as it "
         "was, or give a new cluster the new hosting"
     )
-
-
-def accept_with_objects(
-    xr: Mapping[str, Any],
-    step_input: Mapping[str, Any] | None,
-    objs: Iterable[Mapping[str, Any]],
-) -> tuple[Accepted, ClusterFacts]:
-    """For the commands: the accepted XR, and the facts of the cluster objects a user gives.
-
-    The objects are read as the function reads them from Crossplane (found by
-    reference from the Cluster, or by label), and judged as the function judges them.
-    """
-    accepted = accept_objects(xr, step_input)
-    status = xr.get("status")
-    recorded = RecordedIssuer()
-    if isinstance(status, Mapping):
-        provider = str(status.get("oidcProviderARN") or "")
-        recorded = RecordedIssuer(
-            str(status.get("issuerURL") or ""),
-            provider,
-            pod_identity=bool(status.get("podIdentityCluster")),
-        )
-    req = accepted.request_from(objs)
-    facts = accepted.read_facts(req)
-    refuse(accepted, facts, recorded)
-    return accepted, facts
 
 
 class RegionError(ValueError):
@@ -705,7 +658,7 @@ def _object_name(obj: Mapping[str, Any]) -> str:
 
 
 def given_object_problem(
-    accepted: Accepted, objs: Sequence[Mapping[str, Any]]
+    accepted: Accepted, objs: Sequence[Mapping[str, Any]], asked: Requirements
 ) -> tuple[int, str] | None:
     """(index, why) of the first object the function would not read as the XR's cluster's.
 
@@ -727,8 +680,6 @@ def given_object_problem(
                 f"{name}, not to the XR's {ours[0]}/{ours[1]} (spec.clusterName): give only the "
                 f"objects of {ours[0]}/{ours[1]}, or correct spec.clusterName"
             )
-    req = accepted.request_from(objs)
-    asked = accepted.requirements(req)
     for i, obj in enumerate(objs):
         if cluster.cluster_of(obj) is None:
             continue

@@ -12,7 +12,7 @@ plane, the infrastructure object and the cluster's Secrets, not on the Cluster)
 and only objects of the cluster's namespace are kept.
 
 The local tools (``issuer``, ``aws preflight``) read the same facts the same way:
-``request_from_objects`` assembles, from the objects a user gives, the request
+``function_tools/resolve.py`` assembles, from the objects a user gives, the request
 Crossplane would send, and ``read_facts`` reads it.
 """
 
@@ -30,7 +30,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.spec import StepInput
+from function.spec import ClusterAPIVersions
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 
@@ -39,39 +39,13 @@ REQ_CLUSTER = "cluster"
 REQ_CONTROL_PLANE = "control-plane"
 REQ_INFRASTRUCTURE = "infrastructure"
 REQ_SA_SECRET = "sa-secret"  # noqa: S105  # a requirement name, not a secret
+# The XR's Usages, asked for by the planner while one may still hold a withdrawn resource.
+REQ_USAGES = "usages"
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
 # CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
 # garbage collection of the load balancers (and security groups) others made off.
 EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"
-MAX_REQUIREMENT_ITERATIONS = 5  # Crossplane's cap (xfn/required_resources.go)
-
-
-def selects(  # a selector's parts, as both its forms carry them
-    obj: Mapping[str, Any],
-    *,
-    api_version: str,
-    kind: str,
-    match_name: str | None,
-    match_labels: Mapping[str, str],
-    namespace: str | None,
-    use_namespace: bool,
-) -> bool:
-    """Whether Crossplane's selector picks ``obj`` (``use_namespace``: v2; 1.x ignores it).
-
-    The exact apiVersion must match: an API server answers in the version asked for
-    (converting the object), and ``crossplane render`` answers from objects as they
-    are, so an object in another version is one that version's server would not have.
-    """
-    if obj.get("apiVersion") != api_version or obj.get("kind") != kind:
-        return False
-    meta = obj.get("metadata") or {}
-    if use_namespace and namespace is not None and meta.get("namespace") != namespace:
-        return False
-    if match_name is not None:
-        return bool(meta.get("name") == match_name)
-    labels = meta.get("labels") or {}
-    return all(labels.get(k) == v for k, v in match_labels.items())
 
 
 @dataclass(frozen=True)
@@ -102,13 +76,22 @@ class Requirements:
 
     resources: dict[str, Selector]
     extra_resources: dict[str, Selector]
+    # Crossplane does not say it resolves the v2 field: what else is asked goes in both.
+    both_fields: bool = True
 
     def asks(self, name: str) -> bool:
         """Whether either field asks for requirement ``name``."""
         return name in self.resources or name in self.extra_resources
 
+    def adding(self, selectors: Mapping[str, Selector]) -> Requirements:
+        """These and ``selectors`` (the planner's), in the field(s) this Crossplane reads."""
+        if not selectors:
+            return self
+        extra = {**self.extra_resources, **selectors} if self.both_fields else self.extra_resources
+        return Requirements({**self.resources, **selectors}, extra, self.both_fields)
+
     def write(self, out: fnv1.Requirements) -> None:
-        """Fill a response's requirements."""
+        """Fill a response's requirements: the one place they are written."""
         for name, sel in self.resources.items():
             sel.write(out.resources[name])
         for name, sel in self.extra_resources.items():
@@ -199,8 +182,7 @@ class ClusterFacts:
         return self.cluster_found or self.control_plane_found or self.infrastructure_found
 
 
-def _version_for(kind: str, versions: StepInput) -> str | None:
-    capi = versions.cluster_api
+def _version_for(kind: str, capi: ClusterAPIVersions) -> str | None:
     return {
         "KubeadmControlPlane": capi.kubeadm_control_plane,
         "AWSManagedControlPlane": capi.aws_managed_control_plane,
@@ -210,7 +192,7 @@ def _version_for(kind: str, versions: StepInput) -> str | None:
 
 
 def _ref_selector(
-    ref: struct_pb2.Struct | None, namespace: str, step: StepInput
+    ref: struct_pb2.Struct | None, namespace: str, capi: ClusterAPIVersions
 ) -> Selector | None:
     """A selector for a CAPI object reference, v1beta1 or v1beta2 shaped."""
     if ref is None:
@@ -223,7 +205,7 @@ def _ref_selector(
     api_version = structs.str_at(ref, "apiVersion")
     if api_version is None:
         group = structs.str_at(ref, "apiGroup")
-        known = _version_for(kind, step)
+        known = _version_for(kind, capi)
         if known and (group is None or known.startswith(group + "/")):
             api_version = known
         elif group:
@@ -274,16 +256,20 @@ def _pick(
     return None
 
 
-def requirements(
-    req: fnv1.RunFunctionRequest,
-    *,
-    cluster_name: str,
-    namespace: str,
-    want_sa_secret: bool,
-    step: StepInput,
-) -> Requirements:
+@dataclass(frozen=True)
+class Lookup:
+    """What the function looks for: the XR's cluster, its objects and (SelfHosted) its key."""
+
+    cluster_name: str
+    namespace: str  # the CAPI cluster's
+    want_sa_secret: bool  # the issuer is composed: its JWKS needs <cluster>-sa's public key
+    versions: ClusterAPIVersions  # input.clusterAPI: the apiVersion asked per kind
+
+
+def requirements(req: fnv1.RunFunctionRequest, lookup: Lookup) -> Requirements:
     """The required resources to ask for, given what the request already holds."""
-    capi = step.cluster_api
+    capi = lookup.versions
+    cluster_name, namespace = lookup.cluster_name, lookup.namespace
     label = ((CLUSTER_NAME_LABEL, cluster_name),)
     resources: dict[str, Selector] = {
         REQ_CLUSTER: Selector(
@@ -293,15 +279,15 @@ def requirements(
     cluster_items, _ = _items(req, REQ_CLUSTER)
     cluster = _pick(cluster_items, namespace, cluster_name)
     if cluster is not None:
-        cp = _ref_selector(structs.struct_at(cluster, "spec", "controlPlaneRef"), namespace, step)
+        cp = _ref_selector(structs.struct_at(cluster, "spec", "controlPlaneRef"), namespace, capi)
         infra = _ref_selector(
-            structs.struct_at(cluster, "spec", "infrastructureRef"), namespace, step
+            structs.struct_at(cluster, "spec", "infrastructureRef"), namespace, capi
         )
         if cp is not None:
             resources[REQ_CONTROL_PLANE] = cp
         if infra is not None:
             resources[REQ_INFRASTRUCTURE] = infra
-    if want_sa_secret:
+    if lookup.want_sa_secret:
         resources[REQ_SA_SECRET] = Selector(
             "v1", "Secret", match_name=f"{cluster_name}-sa", namespace=namespace
         )
@@ -314,14 +300,35 @@ def requirements(
         cp_kind = capi.legacy_control_plane_kind
         infra_kind = "AWSManagedCluster" if eks else "AWSCluster"
         extra[REQ_CONTROL_PLANE] = Selector(
-            _version_for(cp_kind, step) or "", cp_kind, match_labels=label
+            _version_for(cp_kind, capi) or "", cp_kind, match_labels=label
         )
         extra[REQ_INFRASTRUCTURE] = Selector(
-            _version_for(infra_kind, step) or "", infra_kind, match_labels=label
+            _version_for(infra_kind, capi) or "", infra_kind, match_labels=label
         )
-        if want_sa_secret:
+        if lookup.want_sa_secret:
             extra[REQ_SA_SECRET] = Selector("v1", "Secret", match_labels=label)
-    return Requirements(resources, extra)
+    return Requirements(resources, extra, both_fields=not supports_required_resources(req))
+
+
+def usages_in_api(
+    req: fnv1.RunFunctionRequest, namespace: str | None
+) -> frozenset[tuple[str, str, str]] | None:
+    """(apiVersion, kind, name) of what the Usages Crossplane resolved for REQ_USAGES use.
+
+    ``namespace``: the XR's (its Usages are namespaced), None for a legacy XR. None when
+    Crossplane has not resolved the requirement.
+    """
+    usages = required_objects(req, REQ_USAGES, namespace)
+    if usages is None:
+        return None
+    return frozenset(
+        (
+            structs.str_at(u, "spec", "of", "apiVersion") or "",
+            structs.str_at(u, "spec", "of", "kind") or "",
+            structs.str_at(u, "spec", "of", "resourceRef", "name") or "",
+        )
+        for u in usages
+    )
 
 
 def supports_required_resources(req: fnv1.RunFunctionRequest) -> bool:
@@ -552,11 +559,7 @@ def _network(
 
 
 def read_facts(
-    req: fnv1.RunFunctionRequest,
-    *,
-    cluster_name: str,
-    namespace: str,
-    asked: Requirements | None = None,
+    req: fnv1.RunFunctionRequest, lookup: Lookup, asked: Requirements | None = None
 ) -> ClusterFacts:
     """Gather the cluster facts from the request's required/extra resources.
 
@@ -569,6 +572,7 @@ def read_facts(
     def items(name: str) -> list[struct_pb2.Struct]:
         return [] if asked is not None and not asked.asks(name) else _items(req, name)[0]
 
+    cluster_name, namespace = lookup.cluster_name, lookup.namespace
     cluster = _pick(items(REQ_CLUSTER), namespace, cluster_name)
     cp = _pick(items(REQ_CONTROL_PLANE), namespace)
     infra = _pick(items(REQ_INFRASTRUCTURE), namespace)
@@ -648,85 +652,6 @@ def infrastructure_name(facts: ClusterFacts) -> str | None:
     if facts.infrastructure is None:
         return None
     return structs.str_at(facts.infrastructure, "metadata", "name")
-
-
-def _as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``obj`` as the API server serves it: a Secret's stringData is in data, base64."""
-    out = dict(obj)
-    if out.get("kind") == "Secret" and isinstance(out.get("stringData"), dict):
-        data = dict(out.get("data") or {})
-        for key, value in out.pop("stringData").items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        out["data"] = data
-    return out
-
-
-def fill(
-    req: fnv1.RunFunctionRequest,
-    requirements: fnv1.Requirements,
-    objs: Iterable[Mapping[str, Any]],
-    *,
-    crossplane_v1: bool = False,
-) -> None:
-    """Put into ``req`` what Crossplane resolves for ``requirements`` among ``objs``.
-
-    Crossplane 1.x reads only the deprecated field, and its selectors carry no
-    namespace: every namespace matches.
-    """
-    objs = list(objs)
-    req.ClearField("required_resources")
-    req.ClearField("extra_resources")
-    fields = [(requirements.extra_resources, req.extra_resources, False)]
-    if not crossplane_v1:
-        fields.insert(0, (requirements.resources, req.required_resources, True))
-    for selectors, out, use_namespace in fields:
-        for name, sel in selectors.items():
-            items = out[name]
-            for o in objs:
-                if selects(
-                    o,
-                    api_version=sel.api_version,
-                    kind=sel.kind,
-                    match_name=sel.match_name if sel.WhichOneof("match") == "match_name" else None,
-                    match_labels=sel.match_labels.labels,
-                    namespace=sel.namespace if sel.HasField("namespace") else None,
-                    use_namespace=use_namespace,
-                ):
-                    items.items.add().resource.update(o)
-
-
-def request_from_objects(
-    objs: Iterable[Mapping[str, Any]],
-    *,
-    cluster_name: str,
-    namespace: str,
-    want_sa_secret: bool,
-    step: StepInput,
-) -> fnv1.RunFunctionRequest:
-    """The request Crossplane would send once it resolved what the function asks for.
-
-    Both requirement fields are asked and resolved (as a Crossplane that does not
-    say what it supports would), so the objects are found by reference from the
-    Cluster or by the cluster-name label, as the function finds them.
-    """
-    served = [_as_served(o) for o in objs]
-    req = fnv1.RunFunctionRequest()
-    asked = fnv1.Requirements()
-    for _ in range(MAX_REQUIREMENT_ITERATIONS):
-        reqs = requirements(
-            req,
-            cluster_name=cluster_name,
-            namespace=namespace,
-            want_sa_secret=want_sa_secret,
-            step=step,
-        )
-        now = fnv1.Requirements()
-        reqs.write(now)
-        if now == asked:
-            break
-        asked = now
-        fill(req, asked, served)
-    return req
 
 
 # --- the objects a user gives the local tools ------------------------------------------

@@ -18,11 +18,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
-from function import accept, structs
-from function.cluster import supports_required_resources
+from function import accept, cluster, structs
 from function.flavour import EXTERNAL_NAME, USAGE_COMPOSITE_LABEL
 from function.graph import Observed
-from function.plan import Plan, build_plan, used_in_api
+from function.plan import Plan, build_plan
 from function.spec import InvalidInputError, StepInput
 
 _CONDITION_STATUS = {
@@ -126,25 +125,22 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         else fnv1.TARGET_COMPOSITE
     )
     try:
-        accepted = accept.accept(xr, req.input)
+        accepted = accept.accept_xr(xr, req.input)
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
-    asked = accepted.requirements(req)
-    asked.write(rsp.requirements)
-    facts = accepted.read_facts(req, asked)
+    asked = cluster.requirements(req, accepted.lookup)
+    facts = cluster.read_facts(req, accepted.lookup, asked)
     try:
-        accept.refuse(accepted, facts, accept.recorded_issuer(xr))
+        accept.refuse_for_cluster(accepted, facts, accept.recorded_issuer(xr))
     except InvalidInputError as err:
+        asked.write(rsp.requirements)  # the cluster's objects stay watched while refused
         return _refused(rsp, err, target, log)
     # A legacy XR's Usages are cluster-scoped; a namespaced XR's are in its namespace.
     usages_namespace = accepted.namespace if accepted.namespaced else None
-    observed = Observed(req.observed.resources, used_in_api(req, usages_namespace))
+    observed = Observed(req.observed.resources, cluster.usages_in_api(req, usages_namespace))
     plan = build_plan(accepted.context(facts, observed), xr)
     _write(rsp, plan, accepted.step, target)
-    for name, selector in plan.requirements.items():
-        selector.write(rsp.requirements.resources[name])
-        if not supports_required_resources(req):
-            selector.write(rsp.requirements.extra_resources[name])
+    asked.adding(plan.requirements).write(rsp.requirements)
     if log is not None and plan.results:
         # Only on transitions, like the results themselves.
         for res in plan.results:

@@ -20,12 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from function import deletion, structs
-from function.addons import security_groups
-from function.cluster import Selector, required_objects
+from function import deletion, registry, structs
+from function.cluster import REQ_USAGES, Selector
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
     ConditionOut,
@@ -49,7 +47,6 @@ USAGE_ENDS: dict[str, tuple[str, str]] = {f"usage-{u.by}-{u.of}": (u.by, u.of) f
 # What some Usage may use: withdrawn only once no Usage of it is left in the API server.
 MAY_BE_USED = frozenset(of for _, of in USAGE_ENDS.values())
 # The requirement that lists the XR's Usages while something that may be used is withdrawn.
-REQ_USAGES = "usages"
 
 PENDING, INSTALLING, READY, BLOCKED = "Pending", "Installing", "Ready", "Blocked"
 
@@ -319,27 +316,6 @@ def _usages_selector(ctx: Ctx, composite: str) -> Selector:
     )
 
 
-def used_in_api(
-    req: fnv1.RunFunctionRequest, namespace: str | None
-) -> frozenset[tuple[str, str, str]] | None:
-    """(apiVersion, kind, name) of what the Usages Crossplane resolved for REQ_USAGES use.
-
-    ``namespace``: the XR's (its Usages are namespaced), None for a legacy XR. None when
-    Crossplane has not resolved the requirement.
-    """
-    usages = required_objects(req, REQ_USAGES, namespace)
-    if usages is None:
-        return None
-    return frozenset(
-        (
-            structs.str_at(u, "spec", "of", "apiVersion") or "",
-            structs.str_at(u, "spec", "of", "kind") or "",
-            structs.str_at(u, "spec", "of", "resourceRef", "name") or "",
-        )
-        for u in usages
-    )
-
-
 def _summary(plugins: list[PluginStatus]) -> ConditionOut:
     if not plugins:
         return ConditionOut("PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons")
@@ -564,7 +540,7 @@ def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
     _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources}, composite)
     _protect_cluster(ctx, plan, hold_new, composite)
 
-    sg = security_groups.report(ctx, emit.emitted)
+    sg = registry.ports_report(ctx, emit.emitted)
     plan.conditions = [
         _deleting_summary(ctx, assessment) if assessment.hold_new else _summary(plan.plugins),
         ConditionOut(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from function.addons import calico, ccm, csi, external_dns, irsa, lbc, pod_identity, vpc_cni
 from function.addons.helm import owned_problems
+from function.addons.security_groups import report as security_groups_report
 from function.graph import Addon, PortNeed, Usage
 from function.spec import ClusterPluginSpec
 
@@ -39,6 +40,10 @@ WITH_ROLES: tuple[Addon, ...] = tuple(a for a in REQUESTABLE if a.role is not No
 MANAGED_POLICIES: tuple[str, ...] = tuple(
     a.role.managed_policy for a in WITH_ROLES if a.role is not None and a.role.managed_policy
 )
+
+# Whether the security groups let through the ports the wanted add-ons need: the planner's
+# SecurityGroupsReady condition (the rules themselves are nodes of the add-ons that need them).
+ports_report = security_groups_report
 
 # The names status.plugins[] and the metrics' plugin label can hold.
 PLUGIN_NAMES: tuple[str, ...] = tuple(a.name for a in ADDONS)

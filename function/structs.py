@@ -64,11 +64,6 @@ def _values_at(s: struct_pb2.Struct, path: tuple[str, ...]) -> Any:
     return v.list_value.values
 
 
-def list_at(s: struct_pb2.Struct, *path: str) -> list[struct_pb2.Value]:
-    """Return the list at ``path`` (empty if absent)."""
-    return list(_values_at(s, path))
-
-
 def structs_at(s: struct_pb2.Struct, *path: str) -> Iterator[struct_pb2.Struct]:
     """Yield the Struct items of the list at ``path``."""
     for item in _values_at(s, path):

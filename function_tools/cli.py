@@ -272,9 +272,12 @@ def simulate_cmd(
     and exits 1 if anything was deleted while the cluster existed or while a Usage of it
     was still there, a Release was uninstalled, or anything was left once it was gone.
     """
-    from function import accept  # noqa: PLC0415
     from function.spec import InvalidInputError  # noqa: PLC0415
-    from function_tools import files, simulate  # noqa: PLC0415
+    from function_tools import (  # noqa: PLC0415
+        files,
+        resolve,
+        simulate,
+    )
 
     try:
         xr = files.load_one(xr_file, "composite resource")
@@ -298,7 +301,7 @@ def simulate_cmd(
         # What the function refuses at the first reconcile, said in one line before any is
         # played (the JSON document says it as the first reconcile's FATAL).
         if output != "json":
-            accept.accept_with_objects(xr, step_input, objs)
+            resolve.accept_with_objects(xr, step_input, objs)
     except InvalidInputError as err:
         click.echo(f"the function returned a fatal result: {err}", err=True)
         sys.exit(1)
@@ -353,7 +356,7 @@ def issuer_cmd(
     first boot, so this runs before the cluster exists. For irsa.mode External it
     prints the given issuer; for Disabled it exits 2.
     """
-    from function.accept import accept_input  # noqa: PLC0415
+    from function.accept import accept_step_input  # noqa: PLC0415
     from function_tools import files, issuer  # noqa: PLC0415
 
     try:
@@ -371,7 +374,7 @@ def issuer_cmd(
         click.echo(f"warning: {w}", err=True)
     if not input_file and not composition:
         # The prefix starts the bucket's name, so the issuer URL baked in at first boot.
-        prefix = accept_input(step_input).name_prefix
+        prefix = accept_step_input(step_input).name_prefix
         click.echo(
             f"note: no --composition or --input, so the default name prefix {prefix!r} "
             "(input.namePrefix): if the Composition that will compose this XR sets one, pass "

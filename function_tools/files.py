@@ -16,6 +16,7 @@ import yaml
 from function import accept
 from function.flavour import composite_mismatch
 from function.spec import INPUT_API_VERSION, INPUT_KIND, InvalidInputError
+from function_tools import resolve
 
 DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -116,10 +117,10 @@ def load_required(
     """
     docs, sources = _load(paths, objects=True)
     try:
-        accepted = accept.accept_objects(xr, step_input)
+        accepted = accept.accept_xr_object(xr, step_input)
     except InvalidInputError:
         return docs
-    problem = accept.given_object_problem(accepted, docs)
+    problem = resolve.given_object_problem(accepted, docs)
     if problem is not None:
         index, why = problem
         msg = f"{sources[index]}: {why}"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from function import accept, registry
-from function.graph import external_issuer
+from function.graph import external_issuer, issuer_url
 from function.spec import InvalidInputError, IRSAMode
+from function_tools import resolve
 
 STS_AUDIENCE = "sts.amazonaws.com"
 KUBEADM_DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -162,10 +163,10 @@ def compute(
     """The issuer of ``xr`` (IssuerError when there is none to print).
 
     The XR, its input and the cluster's objects are judged and read as the function
-    does (``accept``): what it would refuse, this refuses with the same words.
+    does (``accept``, ``resolve``): what it would refuse, this refuses with the same words.
     """
     try:
-        accepted, facts = accept.accept_with_objects(xr, step_input, required)
+        accepted, facts = resolve.accept_with_objects(xr, step_input, required)
     except InvalidInputError as err:
         raise IssuerError(str(err)) from None
     spec, namespace = accepted.spec, accepted.namespace
@@ -198,7 +199,7 @@ def compute(
             raise IssuerError(": ".join(refused))
     issuer = Issuer(
         mode,
-        accepted.issuer_url(chosen),
+        issuer_url(spec, accepted.names, chosen),
         namespace,
         spec.cluster_name,
         chosen or None,

@@ -43,7 +43,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function.cluster import MAX_REQUIREMENT_ITERATIONS, fill
+from function_tools.resolve import MAX_REQUIREMENT_ITERATIONS, resolve_into
 
 ACCOUNT = "123456789012"
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
@@ -392,7 +392,7 @@ class World:
 
     def _fill(self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> None:
         in_api = self._visible_required() + self._usages()
-        fill(req, rsp.requirements, in_api, crossplane_v1=self.crossplane_v1)
+        resolve_into(req, rsp.requirements, in_api, crossplane_v1=self.crossplane_v1)
 
     def call(self) -> tuple[fnv1.RunFunctionResponse, int]:
         """Run the function through the required-resources loop; (final response, iterations)."""

@@ -37,13 +37,13 @@ import yaml
 from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import accept, plan, registry
+from function import plan, registry
 from function.accept import Accepted
 from function.cluster import ClusterFacts
 from function.flavour import LEGACY_XR, NAMESPACED_XR
 from function.graph import Ctx, Node, Observed, Readiness
 from function.spec import StepInput
-from function_tools import apigen
+from function_tools import apigen, resolve
 from function_tools.cli import cli
 from tests import readme
 from tests.readme import README
@@ -131,7 +131,7 @@ def _accepted(networking: dict[str, Any]) -> tuple[Accepted, ClusterFacts]:
     xr, required = example("selfhosted-full")
     xr = copy.deepcopy(xr)
     xr["spec"].update(copy.deepcopy(EVERYTHING), networking=networking)
-    accepted, facts = accept.accept_with_objects(xr, None, required)
+    accepted, facts = resolve.accept_with_objects(xr, None, required)
     return accepted, dataclasses.replace(facts, initialized=True, available=True)
 
 

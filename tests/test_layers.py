@@ -79,8 +79,9 @@ def test_layers() -> None:
         assert not _reaches(graph, addon) & above_addons, addon
     # One reader of the CAPI objects, below everything that judges or plans.
     assert _reaches(graph, "function.cluster") <= {"function.spec", "function.structs"}
-    # The runner reaches the add-ons only through the registry.
+    # The runner and the planner reach the add-ons only through the registry.
     assert not graph["function.fn"] & addons
+    assert not graph["function.plan"] & addons
     # The commands reach the function's rules through accept, never through the runner.
     for command in ("function_tools.issuer", "function_tools.aws.target"):
         assert "function.accept" in graph[command]

@@ -220,8 +220,8 @@ def test_the_xrs_of_one_composition_share_its_step_input_in_the_per_xr_cache() -
         tracemalloc.stop()
         return grown / xrs
 
-    accept._accept.cache_clear()
+    accept._accept_parts.cache_clear()
     empty = per_xr(resource.dict_to_struct({}), "e")
-    accept._accept.cache_clear()
+    accept._accept_parts.cache_clear()
     full = per_xr(shipped, "f")
     assert full - empty < 400, (full, empty)

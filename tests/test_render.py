@@ -554,11 +554,11 @@ def test_the_cluster_api_objects_are_handed_over_only_in_the_version_asked_for(
     )
 
 
-def test_fill_matches_the_exact_api_version() -> None:
+def test_resolving_matches_the_exact_api_version() -> None:
     """Both requirement fields: an object in another version of the same kind is not handed over."""
     from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-    from function.cluster import fill
+    from function_tools.resolve import resolve_into
 
     def kcp(version: str) -> dict[str, Any]:
         return {
@@ -573,6 +573,6 @@ def test_fill_matches_the_exact_api_version() -> None:
         sel.api_version, sel.kind = "controlplane.cluster.x-k8s.io/v1beta1", "KubeadmControlPlane"
         sel.match_labels.labels["l"] = "x"
     req = fnv1.RunFunctionRequest()
-    fill(req, asked, [kcp("v1beta2"), kcp("v1beta1")])
+    resolve_into(req, asked, [kcp("v1beta2"), kcp("v1beta1")])
     for got in (req.required_resources["cp"], req.extra_resources["cp"]):
         assert [i.resource["metadata"]["name"] for i in got.items] == ["cp-v1beta1"]

@@ -257,8 +257,8 @@ def test_an_internal_error_cannot_echo_what_the_code_never_read(
     monkeypatch.setattr(plan, "PLUGIN_BUILDERS", (*plan.PLUGIN_BUILDERS, _raise_with(_everything_the_core_sees)))
     original = cluster.read_facts
 
-    def facts_then_fail(req: fnv1.RunFunctionRequest, **kw: Any) -> Any:
-        facts = original(req, **kw)
+    def facts_then_fail(req: fnv1.RunFunctionRequest, *args: Any, **kw: Any) -> Any:
+        facts = original(req, *args, **kw)
         if "-boom-" in req.meta.tag:
             raise RuntimeError(repr(facts))
         return facts
@@ -293,7 +293,7 @@ def test_the_leak_check_sees_a_secret_the_code_does_put_in_an_exception(
     serving.extra = extra
     world.run(3)
 
-    def careless(req: fnv1.RunFunctionRequest, **kw: Any) -> Any:
+    def careless(req: fnv1.RunFunctionRequest, *args: Any, **kw: Any) -> Any:
         raise ValueError(str(req.required_resources) + str(req.credentials))
 
     monkeypatch.setattr(cluster, "read_facts", careless)

@@ -246,7 +246,7 @@ def _policy_document(
     eks_clusters: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The provider's policy for the options; a usage error for what it cannot be made of."""
-    from function.accept import accept_input  # noqa: PLC0415
+    from function.accept import accept_step_input  # noqa: PLC0415
     from function.spec import InvalidInputError  # noqa: PLC0415
     from function_tools.aws.provider_policy import (  # noqa: PLC0415
         CloudFrontHosting,
@@ -260,7 +260,7 @@ def _policy_document(
         _, raw = step_input(input_file, composition)
         if name_prefix is not None:
             raw = {**raw, "namePrefix": name_prefix}
-        name_prefix = accept_input(raw).name_prefix
+        name_prefix = accept_step_input(raw).name_prefix
     except (InputFileError, InvalidInputError) as err:
         raise options.InputError(str(err)) from err
     try:

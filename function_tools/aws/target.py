@@ -1,7 +1,7 @@
 """What ``aws preflight`` checks against: the XR, its step input and the cluster's objects.
 
 Judged and read exactly as the function judges and reads them from Crossplane
-(``accept.accept_with_objects``): the same refusals, the same namespace, names and
+(``resolve.accept_with_objects``): the same refusals, the same namespace, names and
 region, the same cluster facts. Only the public key (``tls.crt``) of the
 ``<cluster>-sa`` Secret is ever decoded.
 """
@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from function import cluster
-from function.accept import Accepted, accept_with_objects, region
+from function.accept import Accepted, region
 from function.cluster import ClusterFacts
+from function.graph import issuer_url
 from function.names import Names, Partition, partition_of
 from function.spec import ClusterPluginSpec
+from function_tools.resolve import accept_with_objects
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Target:
     @property
     def issuer_url(self) -> str:
         """The issuer URL (SelfHosted: derived; External: given, or the EKS control plane's)."""
-        return self.accepted.issuer_url(self.region, self.facts)
+        return issuer_url(self.accepted.spec, self.accepted.names, self.region, self.facts)
 
     @property
     def issuer_host_path(self) -> str:
