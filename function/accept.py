@@ -30,21 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from function import cluster, registry, structs
 from function.addons import pod_identity
+from function.addons.issuer_hosting import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
-from function.spec import (
-    CROSSPLANE_SPEC_FIELDS,
-    REGION,
-    ClusterPluginSpec,
-    DistributionMode,
-    InvalidInputError,
-    IRSAMode,
-    StepInput,
-    parse_input,
-    parse_spec,
-)
+from function.spec import ClusterPluginSpec, parse_input, parse_spec
+from function.spec_base import CROSSPLANE_SPEC_FIELDS, REGION, InvalidInputError, IRSAMode
+from function.step_input import StepInput
 
 CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
 OIDC_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::\d{12}:oidc-provider/(.+)$")

@@ -30,7 +30,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.spec import ClusterAPIVersions
+from function.step_input import ClusterAPIVersions
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 

@@ -22,7 +22,8 @@ from function import accept, cluster, structs
 from function.flavour import EXTERNAL_NAME, USAGE_COMPOSITE_LABEL
 from function.graph import Observed
 from function.plan import Plan, build_plan
-from function.spec import InvalidInputError, StepInput
+from function.spec_base import InvalidInputError
+from function.step_input import StepInput
 
 _CONDITION_STATUS = {
     "True": fnv1.STATUS_CONDITION_TRUE,

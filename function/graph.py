@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -23,14 +23,11 @@ from function import structs
 from function.cluster import ClusterFacts
 from function.flavour import Flavour
 from function.names import Names, Partition, partition_of
-from function.spec import (
-    Charts,
-    ChartSource,
-    ClusterPluginSpec,
-    IRSAMode,
-    StepInput,
-    spec_getter,
-)
+from function.spec_base import IRSAMode, spec_getter
+from function.step_input import Charts, ChartSource, StepInput
+
+if TYPE_CHECKING:  # the frame imports the add-ons' models: a type here, no import
+    from function.spec import ClusterPluginSpec
 
 
 class Readiness(Enum):

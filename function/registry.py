@@ -13,6 +13,7 @@ from function.addons.helm import owned_problems
 from function.addons.security_groups import report as security_groups_report
 from function.graph import Addon, PortNeed, Usage
 from function.spec import ClusterPluginSpec
+from function.spec_base import spec_attributes
 
 # In status.plugins[] order.
 ADDONS: tuple[Addon, ...] = (
@@ -32,6 +33,11 @@ USAGES: tuple[Usage, ...] = tuple(u for a in ADDONS for u in a.usages)
 
 # The add-ons a user asks for in the spec (the issuer follows from them).
 REQUESTABLE: tuple[Addon, ...] = tuple(a for a in ADDONS if a.spec_path)
+
+# Each add-on names its place in the spec as the user spells it (its spec model lives with
+# it, the frame in function/spec.py places it): a path the frame does not have fails here.
+for _addon in REQUESTABLE:
+    spec_attributes(ClusterPluginSpec, _addon.spec_path)
 
 # Those with an IRSA role, whose spec asks for the issuer.
 WITH_ROLES: tuple[Addon, ...] = tuple(a for a in REQUESTABLE if a.role is not None)

@@ -47,9 +47,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from function import spec as spec_module
 from function.flavour import XR_GROUP, XR_TYPES, XR_VERSION, XRType
-from function.spec import INPUT_GROUP, INPUT_KIND, INPUT_VERSION, ClusterPluginSpec, StepInput
+from function.spec import ClusterPluginSpec
+from function.spec_base import DURATION
+from function.step_input import INPUT_GROUP, INPUT_KIND, INPUT_VERSION, StepInput
 from function_tools.packaging import (
     HOME_SOURCE,
     PROVIDER_REGISTRY,
@@ -136,7 +137,7 @@ def _k8s_pattern(pattern: str) -> str:
     return pattern.replace(r"\d", "[0-9]")
 
 
-DURATION_PATTERN = _k8s_pattern(spec_module.DURATION.pattern)
+DURATION_PATTERN = _k8s_pattern(DURATION.pattern)
 
 
 def _is_duration(node: Mapping[str, Any]) -> bool:

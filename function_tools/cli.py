@@ -272,7 +272,7 @@ def simulate_cmd(
     and exits 1 if anything was deleted while the cluster existed or while a Usage of it
     was still there, a Release was uninstalled, or anything was left once it was gone.
     """
-    from function.spec import InvalidInputError  # noqa: PLC0415
+    from function.spec_base import InvalidInputError  # noqa: PLC0415
     from function_tools import (  # noqa: PLC0415
         files,
         resolve,

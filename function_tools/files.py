@@ -15,7 +15,8 @@ import yaml
 
 from function import accept
 from function.flavour import composite_mismatch
-from function.spec import INPUT_API_VERSION, INPUT_KIND, InvalidInputError
+from function.spec_base import InvalidInputError
+from function.step_input import INPUT_API_VERSION, INPUT_KIND
 from function_tools import resolve
 
 DEFAULT_STEP = "cluster-plugin"  # the step name in apis/*/composition.yaml

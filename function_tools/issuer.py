@@ -16,7 +16,7 @@ from typing import Any
 
 from function import accept, registry
 from function.graph import external_issuer, issuer_url
-from function.spec import InvalidInputError, IRSAMode
+from function.spec_base import InvalidInputError, IRSAMode
 from function_tools import resolve
 
 STS_AUDIENCE = "sts.amazonaws.com"

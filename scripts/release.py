@@ -66,7 +66,7 @@ from typing import Any
 import yaml
 
 from function.flavour import KINDS, XR_TYPES, XRType
-from function.spec import StepInput
+from function.step_input import StepInput
 from function_tools import apigen
 from function_tools.packaging import (
     FUNCTION_PACKAGE,

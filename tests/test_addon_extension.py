@@ -1,13 +1,14 @@
-"""A new add-on is one module and one line (plus its place in the spec model).
+"""A new add-on is one module and one line (plus its place in the API: spec field, chart default).
 
 ``tests/fixtures/addon_extension/fluent_bit.py`` is a throwaway add-on written
 only against the declarations (``function/graph.py``). This test copies the
 package, makes exactly the changes a new add-on needs, and plays an XR that asks
 for it in a separate interpreter:
 
-- the module, into ``function/addons/``;
+- the module, with its spec model, into ``function/addons/``;
 - one line in ``function/registry.py`` (and its import);
-- ``spec.logging.fluentBit`` and its chart default in ``function/spec.py``;
+- ``spec.logging.fluentBit`` in the frame (``function/spec.py``) and its chart default in
+  ``function/step_input.py``;
 - then ``make generate`` (``function_tools/apigen.py``) writes the XRDs, the Input CRD
   and the Compositions' chart defaults from the models and the declarations.
 
@@ -38,11 +39,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "addon_extension" / "fluent_bit.py"
 # Its place in the spec model (single-quoted: it holds docstrings).
 SPEC_MODELS = '''
 
-class FluentBitSpec(AddonSpec):
-    """Fluent Bit (aws-for-fluent-bit chart) to CloudWatch Logs, IRSA role."""
-
-
-class LoggingSpec(_Strict):
+class LoggingSpec(StrictModel):
     """Log shipping."""
 
     fluent_bit: FluentBitSpec | None = Field(
@@ -86,13 +83,24 @@ def _extend(package: Path) -> list[str]:
     registry.write_text(text)
     spec = package / "spec.py"
     text = spec.read_text()
+    text = text.replace(
+        "from function.addons.external_dns import",
+        "from function.addons.fluent_bit import FluentBitSpec\nfrom function.addons.external_dns import",
+    )
     text = _insert_before(text, "\nclass ClusterPluginSpec(", SPEC_MODELS)
     cls = text.index("\nclass ClusterPluginSpec(")
     validator = text.index("    @field_validator", cls)
     text = text[:validator] + SPEC_FIELD + text[validator:]
-    text = _insert_before(text, "\n\n\ndef _seconds(", CHART_DEFAULT.rstrip("\n"))
     spec.write_text(text)
-    return ["function/addons/fluent_bit.py", "function/registry.py", "function/spec.py"]
+    step_input = package / "step_input.py"
+    text = _insert_before(step_input.read_text(), "\n\n\ndef _seconds(", CHART_DEFAULT.rstrip("\n"))
+    step_input.write_text(text)
+    return [
+        "function/addons/fluent_bit.py",
+        "function/registry.py",
+        "function/spec.py",
+        "function/step_input.py",
+    ]
 
 
 PROBE = Path(__file__).resolve().parent / "fixtures" / "addon_extension" / "probe.py"
@@ -101,9 +109,10 @@ PROBE = Path(__file__).resolve().parent / "fixtures" / "addon_extension" / "prob
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("extended")
-    shutil.copytree(
-        ROOT / "function", root / "function", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for package in ("function", "function_tools"):
+        shutil.copytree(
+            ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     touched = _extend(root / "function")
     # make generate reads the function package's metadata (maintainer, source, licence).
     (root / "package").mkdir()
@@ -146,6 +155,7 @@ def test_the_files_a_new_addon_needs(played: dict[str, Any]) -> None:
         "function/addons/fluent_bit.py",
         "function/registry.py",
         "function/spec.py",
+        "function/step_input.py",
     ]
     assert played["plugin_names"][-1] == "fluent-bit"
     # What make generate writes from them; nothing else is edited by hand.

@@ -42,7 +42,7 @@ from function.accept import Accepted
 from function.cluster import ClusterFacts
 from function.flavour import LEGACY_XR, NAMESPACED_XR
 from function.graph import Ctx, Node, Observed, Readiness
-from function.spec import StepInput
+from function.step_input import StepInput
 from function_tools import apigen, resolve
 from function_tools.cli import cli
 from tests import readme

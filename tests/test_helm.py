@@ -42,7 +42,7 @@ import pytest
 import yaml
 from crossplane.function import resource
 
-from function.spec import Charts, ChartSource
+from function.step_input import Charts, ChartSource
 from scripts import install_helm, vendor_fixtures
 from tests.helm import (
     HELM_VERSION,

@@ -78,7 +78,14 @@ def test_layers() -> None:
     for addon in addons:
         assert not _reaches(graph, addon) & above_addons, addon
     # One reader of the CAPI objects, below everything that judges or plans.
-    assert _reaches(graph, "function.cluster") <= {"function.spec", "function.structs"}
+    assert _reaches(graph, "function.cluster") <= {
+        "function.spec_base",
+        "function.step_input",
+        "function.structs",
+    }
+    # Each add-on's spec model lives with it; the frame that places them is above them all.
+    assert not _reaches(graph, "function.spec") & above_addons
+    assert "function.addons.vpc_cni" in graph["function.spec"]
     # The runner and the planner reach the add-ons only through the registry.
     assert not graph["function.fn"] & addons
     assert not graph["function.plan"] & addons

@@ -27,14 +27,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, TypeAdapter
 
-from function.spec import (
-    CROSSPLANE_SPEC_FIELDS,
-    ClusterPluginSpec,
-    InvalidInputError,
-    StepInput,
-    parse_input,
-    parse_spec,
-)
+from function.spec import ClusterPluginSpec, parse_input, parse_spec
+from function.spec_base import CROSSPLANE_SPEC_FIELDS, InvalidInputError
+from function.step_input import StepInput
 from tests.kube_schema import get_registry, validate, validate_with_schema
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from function.flavour import KINDS, LEGACY_XR, NAMESPACED_XR, XR_TYPES
-from function.spec import StepInput
+from function.step_input import StepInput
 from function_tools import apigen
 from function_tools.packaging import (
     HOME_SOURCE,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+from enum import StrEnum
 from typing import Any
+
+from pydantic import Field, field_validator
 
 from function.addons import cni, security_groups
 from function.addons.helm import release
@@ -19,7 +22,47 @@ from function.graph import (
     after,
     control_plane_initialized,
 )
-from function.spec import CalicoEncapsulation, CalicoSpec
+from function.spec_base import CIDR_V4, AddonSpec
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class CalicoEncapsulation(StrEnum):
+    """Calico IP pool encapsulation."""
+
+    IPIP = "IPIP"
+    VXLAN = "VXLAN"
+    NONE = "None"
+
+
+class CalicoSpec(AddonSpec):
+    """Calico through the tigera-operator chart (no IAM role)."""
+
+    encapsulation: CalicoEncapsulation = Field(
+        default=CalicoEncapsulation.IPIP,
+        description=(
+            "Encapsulation of the default IP pool: IPIP or VXLAN between nodes, or None for a "
+            "flat network (every node in one subnet)."
+        ),
+    )
+    cidr: str | None = Field(
+        default=None,
+        description=(
+            "IPv4 pod CIDR of the default IP pool, e.g. 192.168.0.0/16. Unset: the Cluster's "
+            "spec.clusterNetwork.pods.cidrBlocks[0], or the KubeadmControlPlane's "
+            "networking.podSubnet. On Crossplane 1.x, which cannot read those for the "
+            "function, set it here."
+        ),
+        json_schema_extra={"pattern": CIDR_V4.pattern},
+    )
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is not None and not CIDR_V4.match(v):
+            msg = f"{v!r} is not an IPv4 CIDR such as 192.168.0.0/16"
+            raise ValueError(msg)
+        return v
 
 NAMESPACE = "tigera-operator"
 # tigera-operator v3.32+ no longer ships Calico's CRDs: they are a chart of their own.

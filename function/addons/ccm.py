@@ -16,7 +16,7 @@ whose CAPA default policy carries the cloud-provider permissions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from function.addons.helm import release
 from function.cluster import EKS_CONTROL_PLANE, ClusterFacts, minor_of
@@ -31,7 +31,16 @@ from function.graph import (
     after,
     control_plane_initialized,
 )
-from function.spec import ClusterPluginSpec
+from function.spec_base import AddonSpec
+
+if TYPE_CHECKING:  # the frame imports the add-ons' models: a type here, no import
+    from function.spec import ClusterPluginSpec
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class AWSCloudProviderSpec(AddonSpec):
+    """The AWS cloud-controller-manager (kubernetes/cloud-provider-aws chart). No IAM role."""
 
 RELEASE = Release(
     "ccm-release",

@@ -4,9 +4,46 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
 from function.graph import Addon, Ctx, Plugin, Release, Role, Usage
+from function.spec_base import FILE_SYSTEM_ID, AddonSpec
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class EBSSpec(AddonSpec):
+    """AWS EBS CSI driver."""
+
+    default_storage_class: bool = Field(
+        default=False,
+        alias="defaultStorageClass",
+        description="Create a gp3 StorageClass and mark it as the cluster's default.",
+    )
+
+
+class EFSSpec(AddonSpec):
+    """AWS EFS CSI driver; a StorageClass is created when fileSystemId is given."""
+
+    file_system_id: str | None = Field(
+        default=None,
+        alias="fileSystemId",
+        description=(
+            "An existing EFS file system (fs- followed by hex digits, e.g. fs-0123456789abcdef0): "
+            "a StorageClass provisioning access points on it is created. Unset: no StorageClass."
+        ),
+        json_schema_extra={"pattern": FILE_SYSTEM_ID.pattern},
+    )
+
+    @field_validator("file_system_id")
+    @classmethod
+    def _fs(cls, v: str | None) -> str | None:
+        if v is not None and not FILE_SYSTEM_ID.match(v):
+            msg = f"{v!r} is not an EFS file system id (fs- followed by hex digits)"
+            raise ValueError(msg)
+        return v
 
 NAMESPACE = "kube-system"
 OWNED = (

@@ -13,13 +13,153 @@ Release), and safer than the upstream example in two ways:
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, model_validator
 
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
 from function.graph import Addon, Ctx, CustomPolicy, Plugin, Release, Role, Usage
 from function.names import Names, bounded
 from function.policies import external_dns_policy
+from function.spec_base import (
+    DOMAIN_FILTER,
+    DOMAIN_FILTER_MAX,
+    HOSTED_ZONE_ID,
+    HOSTED_ZONES_MAX,
+    AddonSpec,
+    check_hosted_zone_id,
+)
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class ExternalDNSPolicy(StrEnum):
+    """How external-dns synchronizes records (its --policy)."""
+
+    CREATE_ONLY = "create-only"
+    SYNC = "sync"
+    UPSERT_ONLY = "upsert-only"
+
+
+class HostedZoneType(StrEnum):
+    """Whether the listed hosted zones are public or private (external-dns --aws-zone-type)."""
+
+    PUBLIC = "public"
+    PRIVATE = "private"
+
+
+# Environment variables the function sets on external-dns: the AWS SDK reads the region
+# from them (AWS_REGION first), and a user's value would silently win over the function's.
+EXTERNAL_DNS_OWNED_ENV = ("AWS_DEFAULT_REGION", "AWS_REGION")
+
+
+def _domain_filter(v: str) -> str:
+    if len(v) > DOMAIN_FILTER_MAX or not DOMAIN_FILTER.match(v):
+        msg = (
+            f"{v[:64]!r} is not a DNS name such as example.com or .example.com (lower-case "
+            "letters, digits and '-' in labels of at most 63 characters, no trailing dot, at "
+            f"most {DOMAIN_FILTER_MAX} characters)"
+        )
+        raise ValueError(msg)
+    return v
+
+
+HostedZoneID = Annotated[
+    str,
+    AfterValidator(check_hosted_zone_id),
+    Field(json_schema_extra={"maxLength": 32, "pattern": HOSTED_ZONE_ID.pattern}),
+]
+DomainFilter = Annotated[
+    str,
+    AfterValidator(_domain_filter),
+    Field(json_schema_extra={"maxLength": DOMAIN_FILTER_MAX, "pattern": DOMAIN_FILTER.pattern}),
+]
+
+
+def _first_duplicate(items: list[str]) -> int | None:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item in seen:
+            return i
+        seen.add(item)
+    return None
+
+
+class ExternalDNSSpec(AddonSpec):
+    """external-dns (kubernetes-sigs chart), with an IRSA role for the listed hosted zones only."""
+
+    hosted_zone_ids: list[HostedZoneID] = Field(
+        alias="hostedZoneIDs",
+        max_length=HOSTED_ZONES_MAX,
+        description=(
+            "The Route 53 hosted zones external-dns may change, by id without /hostedzone/, "
+            f"e.g. [Z0123456789ABC]; 1 to {HOSTED_ZONES_MAX}, each once. The role may change "
+            "records in exactly these (ChangeResourceRecordSets, ListResourceRecordSets, "
+            "ListTagsForResources), and external-dns is limited to them (--zone-id-filter)."
+        ),
+        json_schema_extra={"minItems": 1, "x-kubernetes-list-type": "set"},
+    )
+    domain_filters: list[DomainFilter] = Field(
+        default_factory=list,
+        alias="domainFilters",
+        description=(
+            "Domains external-dns manages records for (--domain-filter), each once, e.g. "
+            "[example.com]; a leading dot (.example.com) means subdomains only. Empty: every "
+            "name in the listed zones."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    policy: ExternalDNSPolicy = Field(
+        default=ExternalDNSPolicy.UPSERT_ONLY,
+        description=(
+            "How records are synchronized (--policy): upsert-only never deletes, sync also "
+            "deletes the records it owns when their source goes away, create-only never updates."
+        ),
+    )
+    zone_type: HostedZoneType | None = Field(
+        default=None,
+        alias="zoneType",
+        description=(
+            "Whether the listed zones are public or private: external-dns then uses only zones "
+            "of that type (--aws-zone-type), and `aws preflight` fails a listed zone of the "
+            "other type. Unset: the zones may be of either type."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _lists_and_env(self) -> ExternalDNSSpec:
+        # "<field>: <message>" names the exact field (see _problem).
+        if not self.hosted_zone_ids:
+            msg = (
+                "hostedZoneIDs: must list at least one hosted zone: the role may change records "
+                "in the listed zones only (there is no grant on every zone)"
+            )
+            raise ValueError(msg)
+        for name, items in (
+            ("hostedZoneIDs", self.hosted_zone_ids),
+            ("domainFilters", self.domain_filters),
+        ):
+            dup = _first_duplicate(items)
+            if dup is not None:
+                msg = f"{name}[{dup}]: {items[dup]!r} is listed twice"
+                raise ValueError(msg)
+        env = self.values.get("env")
+        if env is None:
+            return self
+        if not isinstance(env, list):
+            msg = "values.env: must be a list of environment variables ({name, value})"
+            raise ValueError(msg)
+        for i, var in enumerate(env):
+            var_name = var.get("name") if isinstance(var, dict) else None
+            if var_name in EXTERNAL_DNS_OWNED_ENV:
+                msg = (
+                    f"values.env[{i}].name: {var_name} is set by the function (the cluster's "
+                    "region) and cannot be overridden in values; remove it"
+                )
+                raise ValueError(msg)
+        return self
 
 RELEASE = Release(
     "external-dns-release",

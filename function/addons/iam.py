@@ -30,7 +30,7 @@ from function.graph import (
 )
 from function.names import CLUSTER_TAG, IAM_PATH
 from function.policies import managed_policy_arn, pod_identity_trust_policy, trust_policy
-from function.spec import IRSAMode
+from function.spec_base import IRSAMode
 
 ADDON_TAG = "clusterplugin.dev/addon"
 

@@ -11,10 +11,14 @@ webhook (``webhook_ready``), which injects its credentials.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from function.addons import ccm, cni, issuer_hosting
 from function.addons.helm import release
+from function.addons.issuer_hosting import CloudFrontSpec, DistributionMode, HostingSpec
 from function.graph import (
     Addon,
     Ctx,
@@ -27,7 +31,204 @@ from function.graph import (
     external_issuer,
 )
 from function.policies import STS_AUDIENCE
-from function.spec import CertManagerMode, IRSAMode
+from function.spec_base import (
+    S3_RESERVED_PREFIXES,
+    S3_RESERVED_SUFFIXES,
+    IRSAMode,
+    StrictModel,
+    cel_refuse_affixes,
+    s3_bucket_name_problem,
+)
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class CertManagerMode(StrEnum):
+    """Whether the function installs cert-manager for the pod identity webhook."""
+
+    INSTALL = "Install"
+    EXISTING = "Existing"
+
+
+class PodIdentityWebhookSpec(StrictModel):
+    """The amazon-eks-pod-identity-webhook (needed on non-EKS clusters)."""
+
+    install: bool = Field(
+        default=True,
+        description=(
+            "Install the webhook (charts.podIdentityWebhook), which injects the role's "
+            "credentials into pods; false if the cluster already runs one."
+        ),
+    )
+    cert_manager: CertManagerMode = Field(
+        default=CertManagerMode.INSTALL,
+        alias="certManager",
+        description=(
+            "Where the webhook's certificate issuer comes from: Install cert-manager "
+            "(charts.certManager), or use the cert-manager that is Existing in the cluster."
+        ),
+    )
+
+
+class IRSASpec(StrictModel):
+    """IAM Roles for Service Accounts."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.issuerURL) && self.issuerURL != '') == "
+                    "(has(self.oidcProviderARN) && self.oidcProviderARN != '')",
+                    "message": (
+                        "issuerURL and oidcProviderARN are given together (or, on EKS, both "
+                        "left out: read from the AWSManagedControlPlane)"
+                    ),
+                },
+                {
+                    "rule": "(has(self.mode) && self.mode == 'External') || "
+                    "((!has(self.issuerURL) || self.issuerURL == '') && "
+                    "(!has(self.oidcProviderARN) || self.oidcProviderARN == ''))",
+                    "message": (
+                        "issuerURL and oidcProviderARN are only allowed when mode is External"
+                    ),
+                },
+                {
+                    "rule": "!has(self.bucketName) || self.bucketName == '' || "
+                    "!has(self.mode) || self.mode == 'SelfHosted'",
+                    "message": "bucketName is only allowed when mode is SelfHosted",
+                },
+                {
+                    "rule": "!has(self.hosting) || !has(self.mode) || self.mode == 'SelfHosted'",
+                    "message": "hosting is only allowed when mode is SelfHosted",
+                },
+                {
+                    "rule": "!has(self.bucketName) || self.bucketName == '' || "
+                    "!has(self.hosting) || !has(self.hosting.cloudFront) || "
+                    "self.hosting.cloudFront.distribution != 'Shared'",
+                    "message": (
+                        "bucketName is not used with a Shared CloudFront distribution: the "
+                        "documents go to hosting.cloudFront.bucketName"
+                    ),
+                },
+            ]
+        }
+    )
+
+    mode: IRSAMode = Field(
+        default=IRSAMode.SELF_HOSTED,
+        description=(
+            "Where the OIDC issuer comes from. SelfHosted: the function publishes the discovery "
+            "document and JWKS (from the Cluster's <cluster>-sa Secret) in an S3 bucket and "
+            "creates the IAM OIDC provider. External: an existing issuer, given by issuerURL "
+            "and oidcProviderARN, or on EKS (AWSManagedControlPlane with "
+            "associateOIDCProvider: true) left out and read from the control plane's "
+            "status.oidcProvider. PodIdentity (EKS only, not in China regions): EKS Pod "
+            "Identity instead of IRSA: each add-on role trusts pods.eks.amazonaws.com for its "
+            "one service account of this cluster, through a PodIdentityAssociation; the "
+            "eks-pod-identity-agent runs first (charts.podIdentityAgent, or the "
+            "AWSManagedControlPlane's spec.addons). Disabled: no IRSA; add-ons use node "
+            "credentials."
+        ),
+    )
+    bucket_name: str = Field(
+        default="",
+        alias="bucketName",
+        description=(
+            "SelfHosted only: the issuer's S3 bucket instead of the derived one, e.g. "
+            "acme-irsa-demo. 3 to 63 lower-case letters, digits and '-' (no dots: a dotted "
+            "bucket breaks the TLS certificate of the virtual-hosted issuer URL)."
+        ),
+        json_schema_extra={
+            "maxLength": 63,
+            "pattern": "^([a-z0-9][a-z0-9-]{1,61}[a-z0-9])?$",
+            "x-kubernetes-validations": [
+                {
+                    "rule": cel_refuse_affixes(S3_RESERVED_PREFIXES, S3_RESERVED_SUFFIXES),
+                    "message": "bucketName uses a prefix or suffix S3 reserves",
+                }
+            ],
+        },
+    )
+    issuer_url: str = Field(
+        default="",
+        alias="issuerURL",
+        description=(
+            "External only, with oidcProviderARN: the service-account issuer URL, e.g. "
+            "https://oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE. On EKS leave both out: "
+            "CAPA's status.oidcProvider.arn names them (a given value must agree with it)."
+        ),
+    )
+    oidc_provider_arn: str = Field(
+        default="",
+        alias="oidcProviderARN",
+        description=(
+            "External only, with issuerURL: the ARN of the IAM OIDC provider for "
+            "issuerURL, e.g. arn:aws:iam::123456789012:oidc-provider/"
+            "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE."
+        ),
+    )
+    pod_identity_webhook: PodIdentityWebhookSpec = Field(
+        default_factory=PodIdentityWebhookSpec,
+        alias="podIdentityWebhook",
+        description=(
+            "The amazon-eks-pod-identity-webhook, which gives pods of an IRSA ServiceAccount "
+            "their role's credentials (EKS runs its own; other clusters need it)."
+        ),
+    )
+    hosting: HostingSpec | None = Field(
+        default=None,
+        description=(
+            "SelfHosted only: where the two discovery documents are served from. Unset: "
+            "type S3Public (a public-read bucket policy). Where S3 Block Public Access forbids "
+            "that, type CloudFront serves them from a private bucket. Example: hosting: {type: "
+            "CloudFront, cloudFront: {distribution: Shared, domain: oidc.example.com, "
+            "bucketName: acme-oidc}}."
+        ),
+    )
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _bucket(cls, v: str) -> str:
+        if v:
+            problem = s3_bucket_name_problem(v)
+            if problem:
+                raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> IRSASpec:
+        # "<field>: <message>" names the exact field (see _problem).
+        external = self.mode is IRSAMode.EXTERNAL
+        given = (("issuerURL", self.issuer_url), ("oidcProviderARN", self.oidc_provider_arn))
+        for (name, value), (other, other_value) in zip(given, reversed(given), strict=True):
+            if external and other_value and not value:
+                msg = (
+                    f"{name}: is required with {other} (or leave both out on EKS: they are "
+                    "read from the AWSManagedControlPlane's status.oidcProvider)"
+                )
+                raise ValueError(msg)
+            if not external and value:
+                msg = f"{name}: is only allowed when mode is External (mode is {self.mode.value})"
+                raise ValueError(msg)
+        if self.bucket_name and self.mode is not IRSAMode.SELF_HOSTED:
+            msg = f"bucketName: is only allowed when mode is SelfHosted (mode is {self.mode.value})"
+            raise ValueError(msg)
+        if self.hosting is not None and self.mode is not IRSAMode.SELF_HOSTED:
+            msg = f"hosting: is only allowed when mode is SelfHosted (mode is {self.mode.value})"
+            raise ValueError(msg)
+        cloud_front = self.cloud_front
+        if self.bucket_name and cloud_front and cloud_front.distribution is DistributionMode.SHARED:
+            msg = (
+                "bucketName: is not used with a Shared CloudFront distribution: the documents "
+                "go to hosting.cloudFront.bucketName (the platform team's bucket)"
+            )
+            raise ValueError(msg)
+        return self
+
+    @property
+    def cloud_front(self) -> CloudFrontSpec | None:
+        """The CloudFront hosting, when the issuer is hosted behind CloudFront."""
+        return None if self.hosting is None else self.hosting.cloud_front
 
 # The issuer's own nodes are declared in issuer_hosting (by hosting type); the
 # other add-ons name the OIDC provider through this module.

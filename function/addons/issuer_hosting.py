@@ -16,7 +16,11 @@ computed from the public half of ``<cluster>-sa``.
 
 from __future__ import annotations
 
+import re
+from enum import StrEnum
 from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from function import structs
 from function.graph import Ctx, Gate, MissingFactError, Node, Usage, Wait, after
@@ -29,7 +33,341 @@ from function.policies import (
     bucket_policy,
     cloudfront_bucket_policy,
 )
-from function.spec import DistributionMode, PriceClass
+from function.spec_base import (
+    DNS_NAME_LABEL,
+    HOSTED_ZONE_ID,
+    REGION,
+    StrictModel,
+    check_hosted_zone_id,
+    s3_bucket_name_problem,
+)
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class HostingType(StrEnum):
+    """Where a SelfHosted issuer's two discovery documents are served from."""
+
+    S3_PUBLIC = "S3Public"
+    CLOUD_FRONT = "CloudFront"
+
+
+class DistributionMode(StrEnum):
+    """Whose CloudFront distribution serves the documents."""
+
+    SHARED = "Shared"
+    MANAGED = "Managed"
+
+
+class PriceClass(StrEnum):
+    """A CloudFront price class (which edge locations serve the distribution)."""
+
+    PRICE_CLASS_100 = "PriceClass_100"
+    PRICE_CLASS_200 = "PriceClass_200"
+    PRICE_CLASS_ALL = "PriceClass_All"
+
+
+# A host name CloudFront can serve as an alias: lower-case DNS labels, at least two.
+ISSUER_DOMAIN = re.compile(rf"^({DNS_NAME_LABEL}\.)+{DNS_NAME_LABEL}$")
+ISSUER_DOMAIN_MAX = 253
+# Path segments of URL-safe characters; none may start with '.', so '.', '..' and
+# hidden names (which S3, CloudFront and IAM would each normalize their own way) are out.
+PATH_SEGMENT = r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*"
+PATH_PREFIX = re.compile(rf"^{PATH_SEGMENT}(/{PATH_SEGMENT})*$")
+PATH_PREFIX_MAX = 128
+ACM_CERTIFICATE_ARN = re.compile(
+    r"^arn:(aws|aws-cn|aws-us-gov):acm:([a-z0-9-]+):(\d{12}):certificate/([0-9a-f-]{1,64})$"
+)
+# CloudFront reads viewer certificates from ACM in us-east-1 only (whatever the origin's region).
+CLOUDFRONT_CERTIFICATE_REGION = "us-east-1"
+_CEL_CERTIFICATE = (
+    "self == '' || self.matches('^arn:aws:acm:us-east-1:[0-9]{12}:certificate/[0-9a-f-]{1,64}$')"
+)
+
+
+def _unset(field: str) -> str:
+    """CEL: ``field`` is absent or empty."""
+    return f"(!has(self.{field}) || self.{field} == '')"
+
+
+def _set(field: str) -> str:
+    """CEL: ``field`` is present and not empty."""
+    return f"(has(self.{field}) && self.{field} != '')"
+
+
+class CloudFrontSpec(StrictModel):
+    """The issuer's documents behind CloudFront, in a private bucket."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.distribution != 'Shared' || {_set('bucketName')}",
+                    "message": "bucketName is required when distribution is Shared",
+                },
+                {
+                    "rule": f"self.distribution != 'Managed' || {_set('certificateArn')}",
+                    "message": "certificateArn is required when distribution is Managed",
+                },
+                {
+                    "rule": f"self.distribution == 'Managed' || ({_unset('certificateArn')} && "
+                    f"{_unset('hostedZoneId')} && !has(self.priceClass))",
+                    "message": (
+                        "certificateArn, hostedZoneId and priceClass are only allowed when "
+                        "distribution is Managed"
+                    ),
+                },
+                {
+                    "rule": f"self.distribution == 'Shared' || ({_unset('bucketName')} && "
+                    f"{_unset('bucketRegion')})",
+                    "message": (
+                        "bucketName and bucketRegion are only allowed when distribution is Shared"
+                    ),
+                },
+            ]
+        }
+    )
+
+    distribution: DistributionMode = Field(
+        description=(
+            "Shared: one distribution for many clusters, set up once by the platform team; the "
+            "function writes only this cluster's two documents, under its own path, into the "
+            "distribution's bucket (bucketName). Managed: this ClusterPlugin composes a private "
+            "bucket, an origin access control and a distribution of its own (certificateArn; "
+            "CloudFront takes about 15 minutes to deploy it)."
+        ),
+    )
+    domain: str = Field(
+        description=(
+            "The host name the distribution serves, e.g. oidc.example.com: the issuer is "
+            "https://<domain>[/<pathPrefix>]."
+        ),
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": ISSUER_DOMAIN_MAX,
+            "pattern": ISSUER_DOMAIN.pattern,
+        },
+    )
+    path_prefix: str = Field(
+        default="",
+        alias="pathPrefix",
+        description=(
+            "The issuer's path under the domain, without leading or trailing '/'. Shared: "
+            "<namespace>/<cluster> of this ClusterPlugin, the only prefix it may write under "
+            "(empty means that). Managed: empty (the issuer is https://<domain>), or any path."
+        ),
+        json_schema_extra={
+            "maxLength": PATH_PREFIX_MAX,
+            "pattern": f"^({PATH_SEGMENT}(/{PATH_SEGMENT})*)?$",
+        },
+    )
+    bucket_name: str = Field(
+        default="",
+        alias="bucketName",
+        description=(
+            "Shared only (and required there): the platform team's private S3 bucket that is "
+            "the distribution's origin, e.g. acme-oidc."
+        ),
+        json_schema_extra={"maxLength": 63, "pattern": "^([a-z0-9][a-z0-9-]{1,61}[a-z0-9])?$"},
+    )
+    bucket_region: str = Field(
+        default="",
+        alias="bucketRegion",
+        description=(
+            "Shared only: the region of bucketName, e.g. us-east-1. Empty: the cluster's region."
+        ),
+        json_schema_extra={"pattern": f"^({REGION.pattern.strip('^$')})?$"},
+    )
+    certificate_arn: str = Field(
+        default="",
+        alias="certificateArn",
+        description=(
+            "Managed only (and required there): an ACM certificate for domain, in us-east-1 "
+            "(where CloudFront reads certificates), e.g. "
+            "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0a1b-0a1b-0a1b-0a1b2c3d4e5f."
+        ),
+        json_schema_extra={
+            # Bounds the cost the API server estimates for the rule's regular expression.
+            "maxLength": 128,
+            "x-kubernetes-validations": [
+                {
+                    "rule": _CEL_CERTIFICATE,
+                    "message": "certificateArn must be an ACM certificate ARN in us-east-1",
+                }
+            ]
+        },
+    )
+    hosted_zone_id: str = Field(
+        default="",
+        alias="hostedZoneId",
+        description=(
+            "Managed only: a Route 53 hosted zone holding domain, e.g. Z0123456789ABC; the "
+            "function then composes the alias record to the distribution. Empty: create the "
+            "DNS record yourself (status.plugins says the distribution's domain name)."
+        ),
+        json_schema_extra={
+            "maxLength": 32,
+            "pattern": f"^({HOSTED_ZONE_ID.pattern.strip('^$')})?$",
+        },
+    )
+    price_class: PriceClass | None = Field(
+        default=None,
+        alias="priceClass",
+        description="Managed only: the distribution's price class. Unset: PriceClass_100.",
+    )
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        if len(v) > ISSUER_DOMAIN_MAX or not ISSUER_DOMAIN.match(v):
+            msg = (
+                f"{v[:64]!r} is not a host name such as oidc.example.com (lower-case letters, "
+                f"digits and '-' in dot-separated labels, at most {ISSUER_DOMAIN_MAX} characters)"
+            )
+            raise ValueError(msg)
+        return v
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _path_prefix(cls, v: str) -> str:
+        if v and (len(v) > PATH_PREFIX_MAX or not PATH_PREFIX.match(v)):
+            msg = (
+                f"{v[:64]!r} is not a path such as team-a/demo: segments of letters, digits, "
+                "'-', '_', '~' and '.' separated by single '/', none starting with '.', no "
+                f"leading or trailing '/', at most {PATH_PREFIX_MAX} characters"
+            )
+            raise ValueError(msg)
+        return v
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _bucket(cls, v: str) -> str:
+        problem = s3_bucket_name_problem(v) if v else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("bucket_region")
+    @classmethod
+    def _bucket_region(cls, v: str) -> str:
+        if v and not REGION.match(v):
+            msg = f"{v!r} is not an AWS region such as us-east-1"
+            raise ValueError(msg)
+        return v
+
+    @field_validator("certificate_arn")
+    @classmethod
+    def _certificate(cls, v: str) -> str:
+        if not v:
+            return v
+        m = ACM_CERTIFICATE_ARN.match(v)
+        if not m:
+            msg = (
+                f"{v[:96]!r} is not an ACM certificate ARN "
+                "(arn:aws:acm:us-east-1:<account>:certificate/<id>)"
+            )
+            raise ValueError(msg)
+        partition, region = m.group(1), m.group(2)
+        if partition != "aws" or region != CLOUDFRONT_CERTIFICATE_REGION:
+            where = region if partition == "aws" else f"partition {partition}"
+            msg = (
+                f"{v!r} is in {where}: CloudFront uses ACM certificates in "
+                f"{CLOUDFRONT_CERTIFICATE_REGION} only; request or import the certificate for "
+                "the domain there"
+            )
+            raise ValueError(msg)
+        return v
+
+    @field_validator("hosted_zone_id")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        return check_hosted_zone_id(v) if v else v
+
+    @model_validator(mode="after")
+    def _distribution_fields(self) -> CloudFrontSpec:
+        # "<field>: <message>" names the exact field (see _problem).
+        shared = self.distribution is DistributionMode.SHARED
+        if shared and not self.bucket_name:
+            msg = (
+                "bucketName: is required when distribution is Shared (the platform team's "
+                "private bucket behind the distribution)"
+            )
+            raise ValueError(msg)
+        if not shared and not self.certificate_arn:
+            msg = (
+                "certificateArn: is required when distribution is Managed (an ACM certificate "
+                f"for {self.domain} in {CLOUDFRONT_CERTIFICATE_REGION})"
+            )
+            raise ValueError(msg)
+        only = {
+            DistributionMode.MANAGED: (
+                ("certificateArn", self.certificate_arn),
+                ("hostedZoneId", self.hosted_zone_id),
+                ("priceClass", self.price_class),
+            ),
+            DistributionMode.SHARED: (
+                ("bucketName", self.bucket_name),
+                ("bucketRegion", self.bucket_region),
+            ),
+        }
+        for mode, fields in only.items():
+            for name, value in fields:
+                if value and self.distribution is not mode:
+                    msg = (
+                        f"{name}: is only allowed when distribution is {mode.value} "
+                        f"(distribution is {self.distribution.value})"
+                    )
+                    raise ValueError(msg)
+        return self
+
+
+class HostingSpec(StrictModel):
+    """Where a SelfHosted issuer's discovery documents are served from."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.type) || self.type != 'CloudFront' || has(self.cloudFront)",
+                    "message": "cloudFront is required when type is CloudFront",
+                },
+                {
+                    "rule": "(has(self.type) && self.type == 'CloudFront') || "
+                    "!has(self.cloudFront)",
+                    "message": "cloudFront is only allowed when type is CloudFront",
+                },
+            ]
+        }
+    )
+
+    type: HostingType = Field(
+        default=HostingType.S3_PUBLIC,
+        description=(
+            "S3Public: a bucket whose policy lets anyone read the two documents (S3 Block "
+            "Public Access must allow public bucket policies). CloudFront: a private bucket "
+            "behind a CloudFront distribution (cloudFront), for accounts where Block Public "
+            "Access is on."
+        ),
+    )
+    cloud_front: CloudFrontSpec | None = Field(
+        default=None,
+        alias="cloudFront",
+        description=(
+            "type CloudFront only (and required there): the distribution and the issuer's "
+            "domain. Example: cloudFront: {distribution: Shared, domain: oidc.example.com, "
+            "bucketName: acme-oidc}."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _type_fields(self) -> HostingSpec:
+        if self.type is HostingType.CLOUD_FRONT and self.cloud_front is None:
+            msg = "cloudFront: is required when type is CloudFront"
+            raise ValueError(msg)
+        if self.type is not HostingType.CLOUD_FRONT and self.cloud_front is not None:
+            msg = f"cloudFront: is only allowed when type is CloudFront (type is {self.type.value})"
+            raise ValueError(msg)
+        return self
 
 SA_SECRET_WAIT = "service-account key Secret"  # noqa: S105  # a wait label, not a secret
 

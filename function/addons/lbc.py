@@ -21,7 +21,13 @@ from function.graph import (
     Wait,
 )
 from function.policies import lbc_policy
-from function.spec import LBCSpec
+from function.spec_base import AddonSpec
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class LBCSpec(AddonSpec):
+    """AWS Load Balancer Controller."""
 
 RELEASE = Release(
     "lbc-release",

@@ -32,7 +32,8 @@ from function.graph import (
     control_plane_initialized,
 )
 from function.names import partition_of
-from function.spec import Charts, ChartSource, IRSAMode
+from function.spec_base import IRSAMode
+from function.step_input import Charts, ChartSource
 
 EKS_ADDON = "eks-pod-identity-agent"
 # Pod Identity is not offered in the China regions (EKS user guide, docs.amazonaws.cn:

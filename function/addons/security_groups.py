@@ -15,7 +15,10 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
+
+from pydantic import Field
 
 from function.cluster import ClusterFacts, IngressRule
 from function.graph import (
@@ -29,7 +32,30 @@ from function.graph import (
     Wait,
 )
 from function.names import CLUSTER_TAG
-from function.spec import SecurityGroupMode
+from function.spec_base import StrictModel
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class SecurityGroupMode(StrEnum):
+    """How the function handles the ports add-ons need."""
+
+    AUTO = "Auto"
+    ALWAYS = "Always"
+    NEVER = "Never"
+
+
+class SecurityGroupsSpec(StrictModel):
+    """Security-group handling."""
+
+    manage: SecurityGroupMode = Field(
+        default=SecurityGroupMode.AUTO,
+        description=(
+            "Auto: compose rules only onto security groups CAPA does not manage "
+            "(securityGroupOverrides) and report missing rules on CAPA-managed ones. "
+            "Always: compose rules regardless. Never: only report."
+        ),
+    )
 
 SHORT = {CONTROL_PLANE: "cp", NODE: "node"}
 

@@ -17,7 +17,13 @@ from function.graph import (
     Usage,
     control_plane_initialized,
 )
-from function.spec import AmazonVPCSpec
+from function.spec_base import AddonSpec
+
+# --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
+
+
+class AmazonVPCSpec(AddonSpec):
+    """Amazon VPC CNI (aws-vpc-cni chart, IRSA role with AmazonEKS_CNI_Policy)."""
 
 RELEASE = Release(
     cni.RELEASE,

@@ -131,7 +131,7 @@ def preflight(
         msg = f"aws preflight needs boto3 ({err}): {AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
     from function.accept import RegionError  # noqa: PLC0415
-    from function.spec import InvalidInputError  # noqa: PLC0415
+    from function.spec_base import InvalidInputError  # noqa: PLC0415
     from function_tools.aws.target import build_target  # noqa: PLC0415
     from function_tools.files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
 
@@ -247,7 +247,7 @@ def _policy_document(
 ) -> dict[str, Any]:
     """The provider's policy for the options; a usage error for what it cannot be made of."""
     from function.accept import accept_step_input  # noqa: PLC0415
-    from function.spec import InvalidInputError  # noqa: PLC0415
+    from function.spec_base import InvalidInputError  # noqa: PLC0415
     from function_tools.aws.provider_policy import (  # noqa: PLC0415
         CloudFrontHosting,
         default_bucket_prefix,
@@ -431,7 +431,7 @@ def shared_bucket_policy_cmd(*, bucket: str, distribution_arn: str) -> None:
     public, so Block Public Access may stay on.
     """
     from function.policies import shared_bucket_policy  # noqa: PLC0415
-    from function.spec import s3_bucket_name_problem  # noqa: PLC0415
+    from function.spec_base import s3_bucket_name_problem  # noqa: PLC0415
 
     problem = s3_bucket_name_problem(bucket)
     if problem:

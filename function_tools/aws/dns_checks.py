@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from function.addons import external_dns
-from function.spec import ExternalDNSSpec
+from function.addons.external_dns import ExternalDNSSpec
 from function_tools.aws.checks import Check, Status, absent, code, denied, plural
 
 FIELD = external_dns.ADDON.spec_path

@@ -20,10 +20,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from function.addons.issuer_hosting import DistributionMode
 from function.graph import external_issuer
 from function.names import partition_of
 from function.policies import DISCOVERY_KEY, JWKS_KEY, pod_identity_trust_policy
-from function.spec import DistributionMode, IRSAMode
+from function.spec_base import IRSAMode
 from function_tools.aws import cloudfront_checks as cf
 from function_tools.aws.checks import (
     Check,

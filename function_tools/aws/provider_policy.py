@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from function.addons.issuer_hosting import ISSUER_DOMAIN
 from function.names import IAM_PATH, PARTITIONS
 from function.policies import (
     DISCOVERY_KEY,
@@ -56,7 +57,7 @@ from function.policies import (
     managed_policy_arn,
 )
 from function.registry import MANAGED_POLICIES
-from function.spec import HOSTED_ZONE_ID, ISSUER_DOMAIN, s3_bucket_name_problem
+from function.spec_base import HOSTED_ZONE_ID, s3_bucket_name_problem
 
 # Bucket-level S3 actions. The provider reads all of the Get* ones on every
 # refresh of an aws_s3_bucket (Terraform's resourceBucketRead reads ACL, CORS,

@@ -16,7 +16,8 @@ from botocore.exceptions import ClientError
 from function import registry
 from function.names import CLUSTER_TAG, IAM_PATH
 from function.policies import STS_AUDIENCE, managed_policy_arn, trust_policy
-from function.spec import ClusterPluginSpec, IRSAMode
+from function.spec import ClusterPluginSpec
+from function.spec_base import IRSAMode
 from function_tools.aws.checks import (
     RENAME_FIX,
     Check,
