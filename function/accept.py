@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from function import cluster, registry, structs
 from function.addons import pod_identity
-from function.addons.issuer_hosting import DistributionMode
+from function.addons.oidc_issuer import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url

@@ -71,9 +71,9 @@ from urllib.parse import urlencode
 
 import yaml
 
+from function.addons.oidc_issuer import discovery_document, jwks_document
 from function.graph import CONTROL_PLANE, NODE, PortNeed
 from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG, IAM_PATH
-from function.oidc import discovery_document, jwks_document
 from function.policies import (
     DISCOVERY_KEY,
     JWKS_KEY,
@@ -564,7 +564,7 @@ def compose(
     """Create, with ``clients``, exactly what the function composes for ``target``.
 
     The same calls the provider makes for the composed managed resources, with
-    the documents from ``function.policies`` and ``function.oidc``.
+    the documents from ``function.policies`` and ``function.addons.oidc_issuer``.
     ``trust_overrides`` replaces an add-on's trust policy (to plant a fault);
     ``extra_attachments`` attaches more policies to an add-on's role.
     """

@@ -30,8 +30,8 @@ from botocore.stub import Stubber
 from click.testing import CliRunner
 
 from function.accept import RegionError
+from function.addons.oidc_issuer import jwks_document
 from function.names import CLUSTER_TAG, partition_of
-from function.oidc import jwks_document
 from function.policies import JWKS_KEY, STS_AUDIENCE, managed_policy_arn, trust_policy
 from function_tools.aws import issuer_checks, role_checks
 from function_tools.aws import preflight as pf

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 import pytest
 from click.testing import CliRunner
 
+from function.addons.oidc_issuer import discovery_document, jwks_document
 from function.names import CLUSTER_TAG, PARTITIONS
-from function.oidc import discovery_document, jwks_document
 from function.policies import shared_bucket_policy
 from function_tools.aws import cloudfront_checks as cf
 from function_tools.aws import preflight as pf

@@ -23,7 +23,8 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from function import keys, oidc
+from function import keys
+from function.addons import oidc_issuer as oidc
 
 PEM, DER = serialization.Encoding.PEM, serialization.Encoding.DER
 SPKI, PKCS1 = serialization.PublicFormat.SubjectPublicKeyInfo, serialization.PublicFormat.PKCS1

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from google.protobuf import json_format
 
 from function import cluster, fn, plan
-from function.oidc import jwks_document
+from function.addons.oidc_issuer import jwks_document
 from function_tools.world import World
 from tests import strategies as gen
 from tests.scenarios import by_name, staged_control_plane

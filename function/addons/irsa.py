@@ -2,7 +2,7 @@
 
 Emitted only for SelfHosted IRSA when an add-on needs an IAM role. Where the two
 discovery documents are served from (a public-read bucket, or a private one behind
-CloudFront) is ``issuer_hosting``'s; this module adds the webhook and says what the
+CloudFront) is ``oidc_issuer``'s; this module adds the webhook and says what the
 issuer is to the other add-ons. Every add-on role trusts the OIDC provider
 (``provider_arn``, ``oidc_ready``), and every add-on with a role starts after the
 webhook (``webhook_ready``), which injects its credentials.
@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from function.addons import ccm, cni, issuer_hosting
+from function.addons import ccm, cni, oidc_issuer
 from function.addons.helm import release
-from function.addons.issuer_hosting import CloudFrontSpec, DistributionMode, HostingSpec
+from function.addons.oidc_issuer import CloudFrontSpec, DistributionMode, HostingSpec
 from function.graph import (
     Addon,
     Ctx,
@@ -230,9 +230,9 @@ class IRSASpec(StrictModel):
         """The CloudFront hosting, when the issuer is hosted behind CloudFront."""
         return None if self.hosting is None else self.hosting.cloud_front
 
-# The issuer's own nodes are declared in issuer_hosting (by hosting type); the
+# The issuer's own nodes are declared in oidc_issuer (by hosting type); the
 # other add-ons name the OIDC provider through this module.
-OIDC_PROVIDER = issuer_hosting.OIDC_PROVIDER
+OIDC_PROVIDER = oidc_issuer.OIDC_PROVIDER
 CERT_MANAGER = Release(
     "cert-manager-release",
     lambda charts: charts.cert_manager,
@@ -284,8 +284,8 @@ def plugin(ctx: Ctx) -> Plugin | None:
     """The issuer plugin, when SelfHosted IRSA serves at least one add-on."""
     if not ctx.hosts_issuer:
         return None
-    issuer = issuer_hosting.nodes(ctx)
-    note = issuer_hosting.dns_note(ctx) if ctx.names.cloudfront is not None else ""
+    issuer = oidc_issuer.nodes(ctx)
+    note = oidc_issuer.dns_note(ctx) if ctx.names.cloudfront is not None else ""
     if not webhook_installed(ctx):
         return Plugin(ADDON.name, issuer, note=note)
     if ctx.spec.irsa.pod_identity_webhook.cert_manager is CertManagerMode.INSTALL:
@@ -367,6 +367,6 @@ ADDON = Addon(
             WEBHOOK.node, "pods of the pod identity webhook need the CNI until they are gone"
         ),
         Usage(WEBHOOK.node, CERT_MANAGER.node, "the webhook's certificate comes from cert-manager"),
-        *issuer_hosting.USAGES,
+        *oidc_issuer.USAGES,
     ),
 )

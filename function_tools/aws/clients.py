@@ -13,7 +13,7 @@ import boto3
 from botocore import UNSIGNED
 from botocore.config import Config
 
-from function.addons.issuer_hosting import CLOUDFRONT_CERTIFICATE_REGION as CLOUDFRONT_REGION
+from function.addons.oidc_issuer import CLOUDFRONT_CERTIFICATE_REGION as CLOUDFRONT_REGION
 from function_tools.aws.preflight import Clients
 
 

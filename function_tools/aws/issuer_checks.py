@@ -13,8 +13,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from function.addons.oidc_issuer import KeyProblemError, jwks_document
 from function.names import CLUSTER_TAG, Partition
-from function.oidc import KeyProblemError, jwks_document
 from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE
 from function_tools.aws.checks import (
     RENAME_FIX,

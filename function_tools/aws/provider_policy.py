@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from function.addons.issuer_hosting import ISSUER_DOMAIN
+from function.addons.oidc_issuer import ISSUER_DOMAIN
 from function.names import IAM_PATH, PARTITIONS
 from function.policies import (
     DISCOVERY_KEY,

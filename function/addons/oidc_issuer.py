@@ -1,4 +1,13 @@
-"""Where the self-hosted issuer's two documents are served from (``spec.irsa.hosting``).
+"""The self-hosted OIDC issuer: its two documents and where they are served from.
+
+The issuer in one place at run time: the models of ``spec.irsa.hosting`` (and its
+CloudFront), the nodes of each hosting, and the documents (the discovery document and
+the JWKS, from the public half of CAPI's ``<cluster>-sa``; the private half is never
+read). ``function/addons/irsa.py`` is the IRSA add-on that uses it (the OIDC provider's
+trust, the webhook, the status); the ``issuer`` command (``function_tools/issuer.py``)
+and the AWS checks (``function_tools/aws/issuer_checks.py``) read it.
+
+Hostings (``spec.irsa.hosting``):
 
 - S3Public (the default): a bucket of the XR's whose policy lets anyone read the
   discovery document and the JWKS; Block Public Access must allow that policy.
@@ -16,16 +25,20 @@ computed from the public half of ``<cluster>-sa``.
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import json
 import re
 from enum import StrEnum
 from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from function import structs
+from function import keys, structs
 from function.graph import Ctx, Gate, MissingFactError, Node, Usage, Wait, after
+from function.keys import KeyProblemError
 from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG
-from function.oidc import KeyProblemError, discovery_document, jwks_algorithms, jwks_document
 from function.policies import (
     DISCOVERY_KEY,
     JWKS_KEY,
@@ -752,3 +765,60 @@ USAGES = (
     Usage(DISTRIBUTION, ORIGIN_ACCESS_CONTROL, "an origin access control in use cannot be deleted"),
     Usage(DISTRIBUTION, BUCKET, "the distribution's origin is this bucket"),
 )
+
+
+# --- the two documents: discovery and JWKS ---------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _uint(n: int) -> str:
+    return _b64url(n.to_bytes((n.bit_length() + 7) // 8 or 1, "big"))
+
+
+@functools.lru_cache(maxsize=256)  # per issuer: it never changes for an XR
+def discovery_document(issuer_url: str, algorithms: tuple[str, ...] = ("RS256",)) -> str:
+    """The ``.well-known/openid-configuration`` document, as compact JSON.
+
+    ``algorithms`` are those of the keys the JWKS publishes, nothing more.
+    """
+    doc = {
+        "issuer": issuer_url,
+        "jwks_uri": f"{issuer_url}/keys.json",
+        "authorization_endpoint": "urn:kubernetes:programmatic_authorization",
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": list(algorithms),
+        "claims_supported": ["sub", "iss"],
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=256)
+def jwks_algorithms(public_pem: bytes) -> tuple[str, ...]:
+    """The signing algorithms of the keys in ``jwks_document(public_pem)``."""
+    return tuple(k["alg"] for k in json.loads(jwks_document(public_pem))["keys"])
+
+
+@functools.lru_cache(maxsize=256)
+def jwks_document(public_pem: bytes) -> str:
+    """The JWKS (``keys.json``) for a PEM public key or certificate, as compact JSON.
+
+    The ``kid`` is base64url(SHA-256(DER SubjectPublicKeyInfo)), as kube-apiserver
+    computes it, so tokens' ``kid`` headers match. Cached by key: it changes only
+    when the cluster's key pair does.
+    """
+    key = keys.load_public_key(public_pem)
+    kid = _b64url(hashlib.sha256(key.spki_der()).digest())
+    if isinstance(key, keys.RSAKey):
+        if key.n.bit_length() < 2048:
+            msg = f"the RSA key has {key.n.bit_length()} bits; STS needs at least 2048"
+            raise KeyProblemError(msg)
+        jwk = {"use": "sig", "kty": "RSA", "kid": kid, "alg": "RS256"}
+        jwk |= {"n": _uint(key.n), "e": _uint(key.e)}
+    else:
+        jwk = {"use": "sig", "kty": "EC", "kid": kid, "alg": "ES256", "crv": "P-256"}
+        jwk |= {"x": _b64url(key.x.to_bytes(32, "big")), "y": _b64url(key.y.to_bytes(32, "big"))}
+    return json.dumps({"keys": [jwk]}, separators=(",", ":"))
