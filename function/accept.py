@@ -33,7 +33,7 @@ from function.addons import pod_identity
 from function.addons.oidc_issuer import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
 from function.flavour import XR_TYPES, Flavour
-from function.graph import Addon, Ctx, Observed, PortNeed, issuer_url
+from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
 from function.spec import ClusterPluginSpec, parse_input, parse_spec
 from function.spec_base import CROSSPLANE_SPEC_FIELDS, REGION, InvalidInputError, IRSAMode
@@ -60,9 +60,9 @@ class Accepted:
     port_needs: tuple[PortNeed, ...]
     lookup: Lookup  # what to ask Crossplane for and read: the cluster's objects, its key
 
-    def context(self, facts: ClusterFacts, observed: Observed) -> Ctx:
+    def context(self, facts: ClusterFacts, observed: Observed) -> CallContext:
         """What the add-ons' builders and gates read during one call."""
-        return Ctx(
+        return CallContext(
             self.spec,
             self.step,
             self.flavour,

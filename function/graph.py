@@ -66,8 +66,8 @@ class MissingFactError(Exception):
         self.wait = wait
 
 
-Gate = Callable[["Ctx"], Wait | None]
-Builder = Callable[["Ctx"], dict[str, Any]]
+Gate = Callable[["CallContext"], Wait | None]
+Builder = Callable[["CallContext"], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class CustomPolicy:
     """A customer-managed IAM policy an add-on's role gets (instead of an AWS-managed one)."""
 
     node: str
-    document: Callable[[Ctx], str]  # the policy document, compact JSON
+    document: Callable[[CallContext], str]  # the policy document, compact JSON
     description: str
 
 
@@ -223,7 +223,7 @@ class Addon:
     """
 
     name: str  # status.plugins[].name and the metrics' plugin label
-    plugin: Callable[[Ctx], Plugin | None]
+    plugin: Callable[[CallContext], Plugin | None]
     spec_path: str = ""
     # How messages name it ("the AWS Load Balancer Controller").
     title: str = ""
@@ -234,9 +234,9 @@ class Addon:
     # The security-group ports it needs, given its spec.
     ports: Callable[[Any], tuple[PortNeed, ...]] = _no_ports
     # An XR condition of its own, given each wanted plugin's phase by name.
-    condition: Callable[[Ctx, Mapping[str, str]], ConditionOut] | None = None
+    condition: Callable[[CallContext, Mapping[str, str]], ConditionOut] | None = None
     # Fields of the XR status it writes (asked on every call, wanted or not).
-    status: Callable[[Ctx], Mapping[str, Any]] | None = None
+    status: Callable[[CallContext], Mapping[str, Any]] | None = None
     # Why the cluster the facts describe cannot have it (a FATAL on its spec_path), or None.
     cluster_problem: Callable[[ClusterPluginSpec, ClusterFacts], str | None] | None = None
     # Its controller makes load balancers, which CAPA must clean up when the cluster goes.
@@ -414,7 +414,7 @@ def upgraded_release(obj: struct_pb2.Struct) -> bool:
 
 
 @dataclass
-class Ctx:
+class CallContext:
     """Everything a builder or gate may read during one call (made by ``Accepted.context``)."""
 
     spec: ClusterPluginSpec
@@ -551,7 +551,7 @@ def _no_region(facts: ClusterFacts) -> Wait:
 def after(*nodes: str) -> Gate:
     """Gate: every node in ``nodes`` is observed and ready."""
 
-    def gate(ctx: Ctx) -> Wait | None:
+    def gate(ctx: CallContext) -> Wait | None:
         for n in nodes:
             if not ctx.is_ready(n):
                 return Wait(f"{n} Ready", f"waiting for {n} to become Ready")
@@ -561,21 +561,21 @@ def after(*nodes: str) -> Gate:
     return gate
 
 
-def control_plane_initialized(ctx: Ctx) -> Wait | None:
+def control_plane_initialized(ctx: CallContext) -> Wait | None:
     """Gate: the workload control plane is initialized (its API server answers)."""
     if ctx.facts.initialized:
         return None
     return _control_plane_wait(ctx, "initialized")
 
 
-def control_plane_available(ctx: Ctx) -> Wait | None:
+def control_plane_available(ctx: CallContext) -> Wait | None:
     """Gate: the workload control plane is available."""
     if ctx.facts.available:
         return None
     return _control_plane_wait(ctx, "available")
 
 
-def _control_plane_wait(ctx: Ctx, state: str) -> Wait:
+def _control_plane_wait(ctx: CallContext, state: str) -> Wait:
     ns, name = ctx.facts.namespace, ctx.spec.cluster_name
     if not ctx.facts.cluster_found and not ctx.facts.control_plane_found:
         kind = ctx.step.cluster_api.legacy_control_plane_kind

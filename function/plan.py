@@ -26,8 +26,8 @@ from function import deletion, registry, structs
 from function.cluster import REQ_USAGES, Selector
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
+    CallContext,
     ConditionOut,
-    Ctx,
     MissingFactError,
     Node,
     Plugin,
@@ -40,7 +40,9 @@ HELM_PROVIDER_CONFIG = "helm-provider-config"
 PROTECT_CLUSTER_USAGE = "usage-helm-provider-config-cluster"
 CLUSTER_DELETING, CLUSTER_DELETED = "ClusterDeleting", "ClusterDeleted"
 
-PLUGIN_BUILDERS: tuple[Callable[[Ctx], Plugin | None], ...] = tuple(a.plugin for a in ADDONS)
+PLUGIN_BUILDERS: tuple[Callable[[CallContext], Plugin | None], ...] = tuple(
+    a.plugin for a in ADDONS
+)
 STATUS_WRITERS = tuple(a.status for a in ADDONS if a.status is not None)
 # A Usage's composition-resource-name -> (by, of).
 USAGE_ENDS: dict[str, tuple[str, str]] = {f"usage-{u.by}-{u.of}": (u.by, u.of) for u in USAGES}
@@ -108,13 +110,13 @@ class Plan:
     requirements: dict[str, Selector] = field(default_factory=dict)
 
 
-def _helm_provider_config(ctx: Ctx) -> dict[str, Any]:
+def _helm_provider_config(ctx: CallContext) -> dict[str, Any]:
     return ctx.flavour.helm_provider_config_resource(
         namespace=ctx.facts.namespace, kubeconfig_secret=ctx.names.kubeconfig_secret
     )
 
 
-def _first_wait(ctx: Ctx, node: Node) -> Wait | None:
+def _first_wait(ctx: CallContext, node: Node) -> Wait | None:
     for gate in node.gates:
         wait = gate(ctx)
         if wait is not None:
@@ -125,7 +127,7 @@ def _first_wait(ctx: Ctx, node: Node) -> Wait | None:
 class _Emitter:
     """Decides emit / carry over / hold back for nodes, and records the outcome."""
 
-    def __init__(self, ctx: Ctx, plan: Plan, hold_new: Wait | None = None) -> None:
+    def __init__(self, ctx: CallContext, plan: Plan, hold_new: Wait | None = None) -> None:
         self.ctx = ctx
         self.plan = plan
         self.emitted: set[str] = set()
@@ -164,7 +166,7 @@ def _is_release(obj: struct_pb2.Struct) -> bool:
 
 
 def _plugin_status(
-    ctx: Ctx, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]
+    ctx: CallContext, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]
 ) -> PluginStatus:
     names = [n.name for n in plugin.nodes]
     emitted_here = [n for n in names if n in emitted]
@@ -210,9 +212,7 @@ def _plugin_phase(
         node, wait = held[0]
         msg = wait.message or f"waiting for {wait.waiting_for}"
         phase = INSTALLING if emitted_here else PENDING
-        return PluginStatus(
-            plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}", wait.label
-        )
+        return PluginStatus(plugin.name, phase, wait.waiting_for, f"{node.name}: {msg}", wait.label)
     waiting_for = f"{not_ready[0]} Ready"
     return PluginStatus(
         plugin.name,
@@ -223,7 +223,7 @@ def _plugin_phase(
     )
 
 
-def _usages(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
+def _usages(ctx: CallContext, plan: Plan, wanted: set[str], composite: str) -> None:
     ends: dict[str, struct_pb2.Struct] = {}  # a node is the end of up to 5 Usages
 
     def end(node: str, ref: tuple[str, str, str]) -> struct_pb2.Struct:
@@ -244,7 +244,9 @@ def _usages(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
             plan.resources.append(DesiredResource(name, ready=True, carried=ctx.observed.get(name)))
 
 
-def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str], composite: str) -> None:
+def _withdraw_in_usage_order(
+    ctx: CallContext, plan: Plan, wanted: set[str], composite: str
+) -> None:
     """Withdraw what is no longer wanted one layer per reconcile, in Usage order.
 
     What is no longer wanted: a removed plugin's resources, or everything once the
@@ -290,7 +292,7 @@ def _withdraw_in_usage_order(ctx: Ctx, plan: Plan, wanted: set[str], composite: 
         )
 
 
-def _still_used(ctx: Ctx, plan: Plan, unwanted: list[str], composite: str) -> list[str]:
+def _still_used(ctx: CallContext, plan: Plan, unwanted: list[str], composite: str) -> list[str]:
     """Those of ``unwanted`` a Usage still uses: observed, or (REQ_USAGES) in the API server."""
     observed = ctx.observed
     used = {USAGE_ENDS[n][1] for n in observed.names() if n in USAGE_ENDS}
@@ -306,7 +308,7 @@ def _still_used(ctx: Ctx, plan: Plan, unwanted: list[str], composite: str) -> li
     return out
 
 
-def _usages_selector(ctx: Ctx, composite: str) -> Selector:
+def _usages_selector(ctx: CallContext, composite: str) -> Selector:
     """The XR's Usages, those Crossplane has forgotten and still deletes included."""
     return Selector(
         ctx.flavour.api_version("Usage"),
@@ -335,7 +337,9 @@ def _summary(plugins: list[PluginStatus]) -> ConditionOut:
     return ConditionOut("PluginsReady", "False", "Waiting", msg)
 
 
-def _status(ctx: Ctx, plugins: list[Plugin], statuses: list[PluginStatus]) -> dict[str, Any]:
+def _status(
+    ctx: CallContext, plugins: list[Plugin], statuses: list[PluginStatus]
+) -> dict[str, Any]:
     status: dict[str, Any] = {}
     for write in STATUS_WRITERS:
         status.update(write(ctx))
@@ -387,7 +391,7 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
             plan.results.append(ResultOut(cond.event, cond.reason, cond.message))
 
 
-def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None, composite: str) -> None:
+def _protect_cluster(ctx: CallContext, plan: Plan, hold_new: Wait | None, composite: str) -> None:
     """Input.protectCluster: the helm ProviderConfig uses the CAPI Cluster.
 
     See docs/architecture.md, "The cluster's own deletion".
@@ -423,7 +427,7 @@ def _protect_cluster(ctx: Ctx, plan: Plan, hold_new: Wait | None, composite: str
         )
 
 
-def _deleting_summary(ctx: Ctx, assessment: deletion.Assessment) -> ConditionOut:
+def _deleting_summary(ctx: CallContext, assessment: deletion.Assessment) -> ConditionOut:
     record = assessment.record
     what = ctx.facts.deleting or f"Cluster {ctx.facts.namespace}/{ctx.spec.cluster_name}"
     uid = f" (uid {record.uid})" if record is not None and record.uid else ""
@@ -442,7 +446,9 @@ def _deleting_summary(ctx: Ctx, assessment: deletion.Assessment) -> ConditionOut
     return ConditionOut("PluginsReady", "False", CLUSTER_DELETING, message, event="Warning")
 
 
-def _withdrawal_plan(ctx: Ctx, xr: struct_pb2.Struct, assessment: deletion.Assessment) -> Plan:
+def _withdrawal_plan(
+    ctx: CallContext, xr: struct_pb2.Struct, assessment: deletion.Assessment
+) -> Plan:
     """Nothing wanted: what was composed is withdrawn in Usage order, then nothing is composed.
 
     PluginsReady says ClusterDeleting while anything composed is still observed and
@@ -497,7 +503,7 @@ def _composite(xr: struct_pb2.Struct) -> str:
     return structs.str_at(xr, "metadata", "name") or ""
 
 
-def build_plan(ctx: Ctx, xr: struct_pb2.Struct) -> Plan:
+def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     """Compute the desired state, status, conditions and results of one call."""
     assessment = deletion.assess(
         ctx.facts,

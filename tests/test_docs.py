@@ -41,7 +41,7 @@ from function import plan, registry
 from function.accept import Accepted
 from function.cluster import ClusterFacts
 from function.flavour import LEGACY_XR, NAMESPACED_XR
-from function.graph import Ctx, Node, Observed, Readiness
+from function.graph import CallContext, Node, Observed, Readiness
 from function.step_input import StepInput
 from function_tools import apigen, resolve
 from function_tools.cli import cli
@@ -150,7 +150,7 @@ def _ready(name: str) -> fnv1.Resource:
 
 def _plugins(
     accepted: Accepted, facts: ClusterFacts, observed: dict[str, fnv1.Resource]
-) -> tuple[Ctx, dict[str, tuple[str, Node]]]:
+) -> tuple[CallContext, dict[str, tuple[str, Node]]]:
     """The call's context and node name -> (plugin, node), as build_plan makes them."""
     ctx = accepted.context(facts, Observed(observed))
     plugins = [p for p in (b(ctx) for b in plan.PLUGIN_BUILDERS) if p is not None]
@@ -158,7 +158,7 @@ def _plugins(
     return ctx, {n.name: (p.name, n) for p in plugins for n in p.nodes}
 
 
-def _held(node: Node, ctx: Ctx) -> bool:
+def _held(node: Node, ctx: CallContext) -> bool:
     return any(gate(ctx) is not None for gate in node.gates)
 
 

@@ -1,4 +1,4 @@
-"""function.keys reads public keys as ``cryptography`` does (the function no longer imports it).
+"""function.public_keys reads public keys as ``cryptography`` does (the function no longer imports it).
 
 ``cryptography`` stays a test dependency: it is the reference for every key form a
 ``<cluster>-sa`` Secret can hold, and for which mangled inputs are keys at all.
@@ -23,7 +23,7 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from function import keys
+from function import public_keys as keys
 from function.addons import oidc_issuer as oidc
 
 PEM, DER = serialization.Encoding.PEM, serialization.Encoding.DER

@@ -12,7 +12,7 @@ from function.addons import cni, security_groups
 from function.addons.helm import release
 from function.graph import (
     Addon,
-    Ctx,
+    CallContext,
     MissingFactError,
     Plugin,
     PortNeed,
@@ -73,7 +73,7 @@ OPERATOR = Release(
 OWNED = (("installation", "calicoNetwork", "ipPools"), ("installation", "calicoNetwork", "bgp"))
 
 
-def _pod_cidr(ctx: Ctx) -> str:
+def _pod_cidr(ctx: CallContext) -> str:
     spec = ADDON.spec(ctx.spec)
     if spec is not None and spec.cidr:
         return spec.cidr
@@ -102,14 +102,14 @@ def _pod_cidr(ctx: Ctx) -> str:
     raise MissingFactError(Wait("Cluster", "the Cluster API Cluster has not been read yet"))
 
 
-def crds_release(ctx: Ctx) -> dict[str, Any]:
+def crds_release(ctx: CallContext) -> dict[str, Any]:
     """Calico's CRDs."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     return release(ctx, CRDS, values={}, version=spec.version)
 
 
-def cni_release(ctx: Ctx) -> dict[str, Any]:
+def cni_release(ctx: CallContext) -> dict[str, Any]:
     """tigera-operator with one IPv4 pool on the cluster's pod CIDR."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -165,7 +165,7 @@ _RELEASES = (
 )
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The Calico plugin, when wanted."""
     spec = ADDON.spec(ctx.spec)
     if spec is None:

@@ -22,8 +22,8 @@ from function.addons.helm import release
 from function.cluster import EKS_CONTROL_PLANE, ClusterFacts, minor_of
 from function.graph import (
     Addon,
+    CallContext,
     ConditionOut,
-    Ctx,
     MissingFactError,
     Plugin,
     Release,
@@ -76,7 +76,7 @@ def image_tag(kubernetes_version: str | None) -> str | None:
     return IMAGE_TAGS.get(minor) if minor is not None else None
 
 
-def _version(ctx: Ctx) -> str | None:
+def _version(ctx: CallContext) -> str | None:
     if not ctx.facts.control_plane_found:
         # Without the control plane the tag is unknown: an observed Release is
         # carried over as it is rather than falling back to the chart's default.
@@ -86,7 +86,7 @@ def _version(ctx: Ctx) -> str | None:
     return ctx.facts.kubernetes_version
 
 
-def ccm_release(ctx: Ctx) -> dict[str, Any]:
+def ccm_release(ctx: CallContext) -> dict[str, Any]:
     """The aws-cloud-controller-manager DaemonSet on the control-plane nodes' host network."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -112,7 +112,7 @@ def ccm_release(ctx: Ctx) -> dict[str, Any]:
     return release(ctx, RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
-def note(ctx: Ctx) -> str:
+def note(ctx: CallContext) -> str:
     """What the status says when the version table has no tag for the cluster's minor."""
     spec = ADDON.spec(ctx.spec)
     version = ctx.facts.kubernetes_version
@@ -134,14 +134,14 @@ _NODES = (RELEASE.as_node(ccm_release, (control_plane_initialized,)),)
 _RELEASE_READY = after(RELEASE.node)
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The cloud controller manager, when wanted."""
     if ADDON.spec(ctx.spec) is None:
         return None
     return Plugin(ADDON.name, _NODES, note=note(ctx))
 
 
-def ready(ctx: Ctx) -> Wait | None:
+def ready(ctx: CallContext) -> Wait | None:
     """Gate: the cloud controller manager is ready, when this XR installs it.
 
     Until it runs, nodes keep the uninitialized taint and no ordinary pod schedules.
@@ -154,7 +154,7 @@ def ready(ctx: Ctx) -> Wait | None:
 CONDITION = "CloudProviderReady"
 
 
-def condition(ctx: Ctx, phases: Mapping[str, str]) -> ConditionOut:
+def condition(ctx: CallContext, phases: Mapping[str, str]) -> ConditionOut:
     """Whether the nodes have a cloud controller manager, and who provides it."""
     phase = phases.get(ADDON.name)
     if phase == "Ready":

@@ -6,14 +6,14 @@ pod network, wait for it and are deleted before it without knowing which it is.
 
 from __future__ import annotations
 
-from function.graph import Ctx, Usage, Wait, after, control_plane_available
+from function.graph import CallContext, Usage, Wait, after, control_plane_available
 
 RELEASE = "cni-release"
 
 _RELEASE_READY = after(RELEASE)
 
 
-def ready(ctx: Ctx) -> Wait | None:
+def ready(ctx: CallContext) -> Wait | None:
     """Gate: the CNI this XR installs is ready; without one, the control plane is available.
 
     With no networking plugin in the spec the user brings their own CNI; the

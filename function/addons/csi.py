@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, Ctx, Plugin, Release, Role, Usage
+from function.graph import Addon, CallContext, Plugin, Release, Role, Usage
 from function.spec_base import FILE_SYSTEM_ID, AddonSpec
 
 # --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
@@ -80,7 +80,7 @@ EFS_ROLE = Role(
 )
 
 
-def ebs_release(ctx: Ctx) -> dict[str, Any]:
+def ebs_release(ctx: CallContext) -> dict[str, Any]:
     """aws-ebs-csi-driver; its chart rejects unknown values, so only schema keys are set."""
     spec = EBS.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -97,7 +97,7 @@ def ebs_release(ctx: Ctx) -> dict[str, Any]:
     return release(ctx, EBS_RELEASE, values=values, version=spec.version, user_values=spec.values)
 
 
-def efs_release(ctx: Ctx) -> dict[str, Any]:
+def efs_release(ctx: CallContext) -> dict[str, Any]:
     """aws-efs-csi-driver, with a dynamic-provisioning StorageClass when fileSystemId is set."""
     spec = EFS.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -128,13 +128,13 @@ _EBS_NODE = EBS_RELEASE.as_node(ebs_release, iam.release_gates(EBS_ROLE))
 _EFS_NODE = EFS_RELEASE.as_node(efs_release, iam.release_gates(EFS_ROLE))
 
 
-def ebs_plugin(ctx: Ctx) -> Plugin | None:
+def ebs_plugin(ctx: CallContext) -> Plugin | None:
     """The EBS CSI plugin, when wanted."""
     spec = EBS.spec(ctx.spec)
     return None if spec is None else iam.plugin(ctx, EBS, _EBS_NODE, spec)
 
 
-def efs_plugin(ctx: Ctx) -> Plugin | None:
+def efs_plugin(ctx: CallContext) -> Plugin | None:
     """The EFS CSI plugin, when wanted."""
     spec = EFS.spec(ctx.spec)
     return None if spec is None else iam.plugin(ctx, EFS, _EFS_NODE, spec)

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from function.addons import cni, iam
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, Ctx, CustomPolicy, Plugin, Release, Role, Usage
+from function.graph import Addon, CallContext, CustomPolicy, Plugin, Release, Role, Usage
 from function.names import Names, bounded
 from function.policies import external_dns_policy
 from function.spec_base import (
@@ -170,7 +170,7 @@ RELEASE = Release(
 )
 
 
-def _policy_document(ctx: Ctx) -> str:
+def _policy_document(ctx: CallContext) -> str:
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     return external_dns_policy(tuple(spec.hosted_zone_ids), ctx.partition)
@@ -219,7 +219,7 @@ def txt_owner_id(names: Names) -> str:
     )
 
 
-def external_dns_release(ctx: Ctx) -> dict[str, Any]:
+def external_dns_release(ctx: CallContext) -> dict[str, Any]:
     """external-dns for Route 53, limited to the listed zones, with its own TXT owner id."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -261,7 +261,7 @@ def external_dns_release(ctx: Ctx) -> dict[str, Any]:
 _RELEASE = RELEASE.as_node(external_dns_release, iam.release_gates(ROLE))
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The external-dns plugin, when wanted."""
     spec = ADDON.spec(ctx.spec)
     return None if spec is None else iam.plugin(ctx, ADDON, _RELEASE, spec)

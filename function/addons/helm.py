@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.graph import Ctx, Release, ValuesPath
+from function.graph import CallContext, Release, ValuesPath
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
@@ -58,7 +58,7 @@ def service_account(name: str, role_arn: str | None) -> dict[str, Any]:
 
 
 def release(
-    ctx: Ctx,
+    ctx: CallContext,
     decl: Release,
     *,
     values: dict[str, Any],

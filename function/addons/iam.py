@@ -17,7 +17,7 @@ from typing import Any
 from function.addons import ccm, cni, irsa, pod_identity, security_groups
 from function.graph import (
     Addon,
-    Ctx,
+    CallContext,
     Gate,
     Node,
     Plugin,
@@ -35,7 +35,7 @@ from function.spec_base import IRSAMode
 ADDON_TAG = "clusterplugin.dev/addon"
 
 
-def tags(ctx: Ctx, addon: str) -> dict[str, str]:
+def tags(ctx: CallContext, addon: str) -> dict[str, str]:
     """Tags on every IAM object: who it belongs to, for audits and preflight."""
     return {
         CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}",
@@ -43,7 +43,7 @@ def tags(ctx: Ctx, addon: str) -> dict[str, str]:
     }
 
 
-def role_arn(ctx: Ctx, role: Role) -> str | None:
+def role_arn(ctx: CallContext, role: Role) -> str | None:
     """The role's ARN for its release's ServiceAccount annotation.
 
     None when IRSA is Disabled, and with Pod Identity: a leftover annotation would keep
@@ -54,7 +54,7 @@ def role_arn(ctx: Ctx, role: Role) -> str | None:
     return ctx.arn_of(role.node)
 
 
-def _trust(ctx: Ctx, namespace: str, service_account: str) -> tuple[str, str]:
+def _trust(ctx: CallContext, namespace: str, service_account: str) -> tuple[str, str]:
     """(trust policy, how the role is reached) for the mode."""
     if ctx.irsa is IRSAMode.POD_IDENTITY:
         policy = pod_identity_trust_policy(
@@ -76,7 +76,7 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
     assert role is not None and release is not None  # noqa: S101  # only for add-ons with both
     namespace, service_account = release.namespace, release.service_account
 
-    def role_body(ctx: Ctx) -> dict[str, Any]:
+    def role_body(ctx: CallContext) -> dict[str, Any]:
         policy, how = _trust(ctx, namespace, service_account)
         return ctx.flavour.managed(
             "Role",
@@ -90,7 +90,7 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
             external_name=ctx.names.role(role.iam_name),
         )
 
-    def association(ctx: Ctx) -> dict[str, Any]:
+    def association(ctx: CallContext) -> dict[str, Any]:
         # Session tags stay on (disableSessionTags unset): the trust policy's conditions
         # are on them.
         return ctx.flavour.managed(
@@ -108,15 +108,15 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
     custom = role.policy
     if custom is None:
 
-        def policy_arn(ctx: Ctx) -> str:
+        def policy_arn(ctx: CallContext) -> str:
             return managed_policy_arn(role.managed_policy, ctx.partition)
 
     else:
 
-        def policy_arn(ctx: Ctx) -> str:
+        def policy_arn(ctx: CallContext) -> str:
             return ctx.arn_of(custom.node)
 
-    def attachment(ctx: Ctx) -> dict[str, Any]:
+    def attachment(ctx: CallContext) -> dict[str, Any]:
         return ctx.flavour.managed(
             "RolePolicyAttachment",
             {"role": ctx.names.role(role.iam_name), "policyArn": policy_arn(ctx)},
@@ -139,7 +139,7 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
     if custom is None:
         return nodes
 
-    def policy(ctx: Ctx) -> dict[str, Any]:
+    def policy(ctx: CallContext) -> dict[str, Any]:
         return ctx.flavour.managed(
             "Policy",
             {
@@ -185,7 +185,7 @@ def role_ready(role: Role) -> Gate:
     ready = after(role.node, role.attachment)
     associated = after(role.association)
 
-    def gate(ctx: Ctx) -> Wait | None:
+    def gate(ctx: CallContext) -> Wait | None:
         if ctx.irsa is IRSAMode.DISABLED:
             return None
         if ctx.irsa is IRSAMode.POD_IDENTITY:
@@ -207,7 +207,7 @@ def release_gates(role: Role) -> tuple[Gate, ...]:
     return (control_plane_available, cni.ready, ccm.ready, role_ready(role), irsa.webhook_ready)
 
 
-def plugin(ctx: Ctx, addon: Addon, release: Node, spec: Any) -> Plugin:
+def plugin(ctx: CallContext, addon: Addon, release: Node, spec: Any) -> Plugin:
     """The add-on's plugin: its role's nodes (unless IRSA is Disabled), release, port rules."""
     nodes: tuple[Node, ...] = (release,)
     if ctx.irsa is not IRSAMode.DISABLED:

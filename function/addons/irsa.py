@@ -21,7 +21,7 @@ from function.addons.helm import release
 from function.addons.oidc_issuer import CloudFrontSpec, DistributionMode, HostingSpec
 from function.graph import (
     Addon,
-    Ctx,
+    CallContext,
     MissingFactError,
     Plugin,
     Release,
@@ -249,12 +249,12 @@ WEBHOOK = Release(
 )
 
 
-def cert_manager(ctx: Ctx) -> dict[str, Any]:
+def cert_manager(ctx: CallContext) -> dict[str, Any]:
     """cert-manager, with its CRDs, for the webhook's serving certificate."""
     return release(ctx, CERT_MANAGER, values={"crds": {"enabled": True}})
 
 
-def webhook(ctx: Ctx) -> dict[str, Any]:
+def webhook(ctx: CallContext) -> dict[str, Any]:
     """amazon-eks-pod-identity-webhook (jkroepke chart) with a cert-manager certificate."""
     return release(
         ctx,
@@ -280,7 +280,7 @@ _WEBHOOK_AFTER_CERT_MANAGER = WEBHOOK.as_node(
 _WEBHOOK_ALONE = WEBHOOK.as_node(webhook, (cni.ready, ccm.ready))
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The issuer plugin, when SelfHosted IRSA serves at least one add-on."""
     if not ctx.hosts_issuer:
         return None
@@ -294,7 +294,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
     return Plugin(ADDON.name, (*issuer, _WEBHOOK_ALONE), note=note)
 
 
-def provider_arn(ctx: Ctx) -> str:
+def provider_arn(ctx: CallContext) -> str:
     """The IAM OIDC provider's ARN (SelfHosted: observed; External: given, or CAPA's on EKS)."""
     if ctx.irsa is IRSAMode.EXTERNAL:
         return ctx.external_issuer()[1]
@@ -307,7 +307,7 @@ def provider_arn(ctx: Ctx) -> str:
 _PROVIDER_READY = after(OIDC_PROVIDER)
 
 
-def oidc_ready(ctx: Ctx) -> Wait | None:
+def oidc_ready(ctx: CallContext) -> Wait | None:
     """Gate: the OIDC provider exists (SelfHosted), or is given or CAPA reports it (External)."""
     if ctx.irsa is IRSAMode.SELF_HOSTED:
         return _PROVIDER_READY(ctx)
@@ -319,7 +319,7 @@ def oidc_ready(ctx: Ctx) -> Wait | None:
     return None
 
 
-def webhook_installed(ctx: Ctx) -> bool:
+def webhook_installed(ctx: CallContext) -> bool:
     """Whether this XR installs the pod identity webhook."""
     return ctx.hosts_issuer and ctx.spec.irsa.pod_identity_webhook.install
 
@@ -327,7 +327,7 @@ def webhook_installed(ctx: Ctx) -> bool:
 _WEBHOOK_READY = after(WEBHOOK.node)
 
 
-def webhook_ready(ctx: Ctx) -> Wait | None:
+def webhook_ready(ctx: CallContext) -> Wait | None:
     """Gate: the pod identity webhook is ready, when this XR installs it.
 
     Pods only get IRSA credentials if the webhook mutates them at creation, so an
@@ -338,7 +338,7 @@ def webhook_ready(ctx: Ctx) -> Wait | None:
     return _WEBHOOK_READY(ctx)
 
 
-def status(ctx: Ctx) -> Mapping[str, Any]:
+def status(ctx: CallContext) -> Mapping[str, Any]:
     """status.issuerURL and status.oidcProviderARN, once known."""
     out: dict[str, Any] = {}
     if ctx.irsa is IRSAMode.EXTERNAL:

@@ -10,7 +10,7 @@ from function.graph import (
     CONTROL_PLANE,
     NODE,
     Addon,
-    Ctx,
+    CallContext,
     CustomPolicy,
     MissingFactError,
     Plugin,
@@ -38,7 +38,7 @@ RELEASE = Release(
 )
 
 
-def _policy_document(ctx: Ctx) -> str:
+def _policy_document(ctx: CallContext) -> str:
     return lbc_policy(ctx.partition)
 
 
@@ -71,13 +71,13 @@ PORTS = (
 )
 
 
-def _vpc_id(ctx: Ctx) -> str:
+def _vpc_id(ctx: CallContext) -> str:
     if ctx.facts.vpc_id:
         return ctx.facts.vpc_id
     raise MissingFactError(Wait("VPC id", "the AWSCluster reports no spec.network.vpc.id yet"))
 
 
-def lbc_release(ctx: Ctx) -> dict[str, Any]:
+def lbc_release(ctx: CallContext) -> dict[str, Any]:
     """The controller, told its cluster, region and VPC (IMDS is often out of reach of pods)."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -99,7 +99,7 @@ def ports(_: LBCSpec) -> tuple[PortNeed, ...]:
 _RELEASE = RELEASE.as_node(lbc_release, iam.release_gates(ROLE))
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The load balancer controller plugin, when wanted."""
     spec = ADDON.spec(ctx.spec)
     return None if spec is None else iam.plugin(ctx, ADDON, _RELEASE, spec)

@@ -35,9 +35,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from function import keys, structs
-from function.graph import Ctx, Gate, MissingFactError, Node, Usage, Wait, after
-from function.keys import KeyProblemError
+from function import public_keys, structs
+from function.graph import CallContext, Gate, MissingFactError, Node, Usage, Wait, after
 from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG
 from function.policies import (
     DISCOVERY_KEY,
@@ -46,6 +45,7 @@ from function.policies import (
     bucket_policy,
     cloudfront_bucket_policy,
 )
+from function.public_keys import KeyProblemError
 from function.spec_base import (
     DNS_NAME_LABEL,
     HOSTED_ZONE_ID,
@@ -403,11 +403,11 @@ ORIGIN_ID = "irsa-bucket"
 DISTRIBUTION_SLOW = "CloudFront takes about 15 minutes to deploy a new distribution"
 
 
-def _tags(ctx: Ctx) -> dict[str, str]:
+def _tags(ctx: CallContext) -> dict[str, str]:
     return {CLUSTER_TAG: f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"}
 
 
-def _s3(ctx: Ctx, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
+def _s3(ctx: CallContext, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
     """A resource of the XR's own bucket."""
     return ctx.flavour.managed(
         kind, {"bucket": ctx.names.bucket, "region": ctx.region, **for_provider}
@@ -417,19 +417,19 @@ def _s3(ctx: Ctx, kind: str, for_provider: dict[str, Any]) -> dict[str, Any]:
 # --- the XR's own bucket (S3Public and Managed) ------------------------------------------
 
 
-def bucket(ctx: Ctx) -> dict[str, Any]:
+def bucket(ctx: CallContext) -> dict[str, Any]:
     """The issuer bucket; its external name is the bucket name."""
     return ctx.flavour.managed(
         "Bucket", {"region": ctx.region, "tags": _tags(ctx)}, external_name=ctx.names.bucket
     )
 
 
-def ownership(ctx: Ctx) -> dict[str, Any]:
+def ownership(ctx: CallContext) -> dict[str, Any]:
     """ACLs off: access is decided by the bucket policy alone (OAC needs this too)."""
     return _s3(ctx, "BucketOwnershipControls", {"rule": {"objectOwnership": "BucketOwnerEnforced"}})
 
 
-def _access_block(ctx: Ctx, *, public_policy: bool) -> dict[str, Any]:
+def _access_block(ctx: CallContext, *, public_policy: bool) -> dict[str, Any]:
     # ACLs can never make anything public; policies may only where the one public
     # bucket policy (S3Public) needs it.
     return _s3(
@@ -444,22 +444,22 @@ def _access_block(ctx: Ctx, *, public_policy: bool) -> dict[str, Any]:
     )
 
 
-def public_access(ctx: Ctx) -> dict[str, Any]:
+def public_access(ctx: CallContext) -> dict[str, Any]:
     """S3Public: block ACL-based public access; allow the one public bucket policy."""
     return _access_block(ctx, public_policy=True)
 
 
-def private_access(ctx: Ctx) -> dict[str, Any]:
+def private_access(ctx: CallContext) -> dict[str, Any]:
     """Behind CloudFront: all four Block Public Access flags on."""
     return _access_block(ctx, public_policy=False)
 
 
-def public_policy(ctx: Ctx) -> dict[str, Any]:
+def public_policy(ctx: CallContext) -> dict[str, Any]:
     """S3Public: public GetObject on the two discovery keys only; deny plain HTTP."""
     return _s3(ctx, "BucketPolicy", {"policy": bucket_policy(ctx.names.bucket, ctx.partition)})
 
 
-def cloudfront_policy(ctx: Ctx) -> dict[str, Any]:
+def cloudfront_policy(ctx: CallContext) -> dict[str, Any]:
     """Managed: GetObject on the two documents for this distribution only; deny plain HTTP."""
     names = ctx.names
     keys = (names.issuer_key(DISCOVERY_KEY), names.issuer_key(JWKS_KEY))
@@ -472,7 +472,7 @@ def cloudfront_policy(ctx: Ctx) -> dict[str, Any]:
 # --- the two documents ----------------------------------------------------------------
 
 
-def _public_pem(ctx: Ctx) -> bytes:
+def _public_pem(ctx: CallContext) -> bytes:
     facts = ctx.facts
     secret = f"Secret {facts.namespace}/{ctx.names.sa_secret}"
     if facts.sa_problem:
@@ -490,12 +490,12 @@ def _public_pem(ctx: Ctx) -> bytes:
     return facts.sa_public_pem
 
 
-def _key_problem(ctx: Ctx, err: KeyProblemError) -> Wait:
+def _key_problem(ctx: CallContext, err: KeyProblemError) -> Wait:
     secret = f"Secret {ctx.facts.namespace}/{ctx.names.sa_secret}"
     return Wait(secret, f"{secret}: {err}", blocked=True, reason=SA_SECRET_WAIT)
 
 
-def sa_key_present(ctx: Ctx) -> Wait | None:
+def sa_key_present(ctx: CallContext) -> Wait | None:
     """Gate: ``<cluster>-sa`` holds a usable public key; nothing is published before."""
     try:
         jwks_document(_public_pem(ctx))
@@ -506,7 +506,7 @@ def sa_key_present(ctx: Ctx) -> Wait | None:
     return None
 
 
-def _object(ctx: Ctx, key: str, content: str) -> dict[str, Any]:
+def _object(ctx: CallContext, key: str, content: str) -> dict[str, Any]:
     names = ctx.names
     cloudfront = names.cloudfront
     # A Shared distribution's bucket is the platform team's, possibly in another region.
@@ -526,7 +526,7 @@ def _object(ctx: Ctx, key: str, content: str) -> dict[str, Any]:
     )
 
 
-def discovery(ctx: Ctx) -> dict[str, Any]:
+def discovery(ctx: CallContext) -> dict[str, Any]:
     """The OpenID discovery document."""
     try:
         algorithms = jwks_algorithms(_public_pem(ctx))
@@ -535,7 +535,7 @@ def discovery(ctx: Ctx) -> dict[str, Any]:
     return _object(ctx, DISCOVERY_KEY, discovery_document(ctx.issuer_url(), algorithms))
 
 
-def jwks(ctx: Ctx) -> dict[str, Any]:
+def jwks(ctx: CallContext) -> dict[str, Any]:
     """The JWKS built from ``<cluster>-sa``'s public key."""
     try:
         return _object(ctx, JWKS_KEY, jwks_document(_public_pem(ctx)))
@@ -543,7 +543,7 @@ def jwks(ctx: Ctx) -> dict[str, Any]:
         raise MissingFactError(_key_problem(ctx, err)) from err
 
 
-def oidc_provider(ctx: Ctx) -> dict[str, Any]:
+def oidc_provider(ctx: CallContext) -> dict[str, Any]:
     """The IAM OIDC provider for the issuer; IAM trusts the public CA of S3's and ACM's TLS."""
     return ctx.flavour.managed(
         "OpenIDConnectProvider",
@@ -554,7 +554,7 @@ def oidc_provider(ctx: Ctx) -> dict[str, Any]:
 # --- CloudFront (Managed) ----------------------------------------------------------------
 
 
-def _at_provider(ctx: Ctx, node: str, field: str, what: str) -> str:
+def _at_provider(ctx: CallContext, node: str, field: str, what: str) -> str:
     """``status.atProvider.<field>`` of an observed node, or wait for it."""
     obj = ctx.observed.get(node)
     value = None if obj is None else structs.str_at(obj, "status", "atProvider", field)
@@ -565,7 +565,7 @@ def _at_provider(ctx: Ctx, node: str, field: str, what: str) -> str:
     return value
 
 
-def origin_access_control(ctx: Ctx) -> dict[str, Any]:
+def origin_access_control(ctx: CallContext) -> dict[str, Any]:
     """Lets the distribution sign its requests to the private bucket (SigV4, always)."""
     return ctx.flavour.managed(
         "OriginAccessControl",
@@ -579,7 +579,7 @@ def origin_access_control(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def distribution(ctx: Ctx) -> dict[str, Any]:
+def distribution(ctx: CallContext) -> dict[str, Any]:
     """The distribution serving ``https://<domain>`` from the private bucket, GET/HEAD only."""
     cloudfront = ctx.spec.irsa.cloud_front
     if cloudfront is None:  # the Managed nodes are only planned with it
@@ -619,12 +619,12 @@ def distribution(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def distribution_domain(ctx: Ctx) -> str:
+def distribution_domain(ctx: CallContext) -> str:
     """The distribution's own host name (``dXXXX.cloudfront.net``), once observed."""
     return _at_provider(ctx, DISTRIBUTION, "domainName", "its cloudfront.net host name")
 
 
-def dns_record(ctx: Ctx) -> dict[str, Any]:
+def dns_record(ctx: CallContext) -> dict[str, Any]:
     """The Route 53 alias of the domain to the distribution (IPv4: STS fetches over IPv4)."""
     cloudfront = ctx.spec.irsa.cloud_front
     if cloudfront is None:
@@ -646,7 +646,7 @@ def dns_record(ctx: Ctx) -> dict[str, Any]:
 
 
 def _arn_known(node: str, what: str) -> Gate:
-    def gate(ctx: Ctx) -> Wait | None:
+    def gate(ctx: CallContext) -> Wait | None:
         try:
             _at_provider(ctx, node, "arn", what)
         except MissingFactError as err:
@@ -657,7 +657,7 @@ def _arn_known(node: str, what: str) -> Gate:
     return gate
 
 
-def _domain_known(ctx: Ctx) -> Wait | None:
+def _domain_known(ctx: CallContext) -> Wait | None:
     try:
         distribution_domain(ctx)
     except MissingFactError as err:
@@ -727,7 +727,7 @@ MANAGED_WITH_RECORD = (
 )
 
 
-def nodes(ctx: Ctx) -> tuple[Node, ...]:
+def nodes(ctx: CallContext) -> tuple[Node, ...]:
     """The issuer's nodes for the XR's hosting."""
     cloudfront = ctx.spec.irsa.cloud_front
     if cloudfront is None:
@@ -737,7 +737,7 @@ def nodes(ctx: Ctx) -> tuple[Node, ...]:
     return MANAGED_WITH_RECORD if cloudfront.hosted_zone_id else MANAGED
 
 
-def dns_note(ctx: Ctx) -> str:
+def dns_note(ctx: CallContext) -> str:
     """Managed without a hosted zone: where the user must point the domain (once known)."""
     cloudfront = ctx.spec.irsa.cloud_front
     if cloudfront is None or cloudfront.distribution is not DistributionMode.MANAGED:
@@ -810,9 +810,9 @@ def jwks_document(public_pem: bytes) -> str:
     computes it, so tokens' ``kid`` headers match. Cached by key: it changes only
     when the cluster's key pair does.
     """
-    key = keys.load_public_key(public_pem)
+    key = public_keys.load_public_key(public_pem)
     kid = _b64url(hashlib.sha256(key.spki_der()).digest())
-    if isinstance(key, keys.RSAKey):
+    if isinstance(key, public_keys.RSAKey):
         if key.n.bit_length() < 2048:
             msg = f"the RSA key has {key.n.bit_length()} bits; STS needs at least 2048"
             raise KeyProblemError(msg)

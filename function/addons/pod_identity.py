@@ -23,7 +23,7 @@ from function.addons.helm import release
 from function.cluster import ClusterFacts
 from function.graph import (
     Addon,
-    Ctx,
+    CallContext,
     MissingFactError,
     Plugin,
     Release,
@@ -62,7 +62,7 @@ AGENT = Release(
 )
 
 
-def eks_cluster_name(ctx: Ctx) -> str:
+def eks_cluster_name(ctx: CallContext) -> str:
     """The name EKS knows the cluster by (AWSManagedControlPlane spec.eksClusterName)."""
     name = ctx.facts.eks_cluster_name
     if not name:
@@ -75,7 +75,7 @@ def eks_cluster_name(ctx: Ctx) -> str:
     return name
 
 
-def agent(ctx: Ctx) -> dict[str, Any]:
+def agent(ctx: CallContext) -> dict[str, Any]:
     """The eks-pod-identity-agent DaemonSet (host network, every Linux node)."""
     return release(
         ctx,
@@ -89,7 +89,7 @@ def by_capa(facts: ClusterFacts) -> bool:
     return EKS_ADDON in facts.eks_addons
 
 
-def wanted(ctx: Ctx) -> bool:
+def wanted(ctx: CallContext) -> bool:
     """Whether this XR uses Pod Identity for at least one add-on role."""
     return ctx.irsa is IRSAMode.POD_IDENTITY and ctx.wants_irsa
 
@@ -99,7 +99,7 @@ _AGENT = AGENT.as_node(agent, (control_plane_initialized,))
 _AGENT_READY = after(AGENT.node)
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The agent plugin: its Release, or nothing of its own when CAPA installs it."""
     if not wanted(ctx):
         return None
@@ -109,7 +109,7 @@ def plugin(ctx: Ctx) -> Plugin | None:
     return Plugin(ADDON.name, (_AGENT,))
 
 
-def status(ctx: Ctx) -> Mapping[str, Any]:
+def status(ctx: CallContext) -> Mapping[str, Any]:
     """status.podIdentityCluster while an association exists (read by the rule on mode changes)."""
     for item in ctx.observed.resources.values():
         obj = item.resource
@@ -120,7 +120,7 @@ def status(ctx: Ctx) -> Mapping[str, Any]:
     return {}
 
 
-def agent_ready(ctx: Ctx) -> Wait | None:
+def agent_ready(ctx: CallContext) -> Wait | None:
     """Gate: the agent runs (Pod Identity only): its Release is ready, or CAPA's add-on ACTIVE."""
     if ctx.irsa is not IRSAMode.POD_IDENTITY:
         return None

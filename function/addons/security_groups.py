@@ -25,7 +25,7 @@ from function.graph import (
     BOTH,
     CONTROL_PLANE,
     NODE,
-    Ctx,
+    CallContext,
     MissingFactError,
     Node,
     PortNeed,
@@ -69,7 +69,7 @@ def _rule_name(need: PortNeed, target: str, source: str) -> str:
     return f"sg-{need.purpose}-{SHORT[target]}-from-{SHORT[source]}"
 
 
-def _group_id(ctx: Ctx, role: str) -> str | None:
+def _group_id(ctx: CallContext, role: str) -> str | None:
     if role in ctx.facts.sg_overrides:
         return ctx.facts.sg_overrides[role]
     sg = ctx.facts.sg_managed.get(role)
@@ -83,12 +83,12 @@ def composes_onto(mode: SecurityGroupMode, facts: ClusterFacts, role: str) -> bo
     return mode is SecurityGroupMode.ALWAYS or role in facts.sg_overrides
 
 
-def _composes_onto(ctx: Ctx, role: str) -> bool:
+def _composes_onto(ctx: CallContext, role: str) -> bool:
     return composes_onto(ctx.spec.security_groups.manage, ctx.facts, role)
 
 
 def _rule_builder(need: PortNeed, target: str, source: str):
-    def build(ctx: Ctx) -> dict[str, Any]:
+    def build(ctx: CallContext) -> dict[str, Any]:
         target_id, source_id = _group_id(ctx, target), _group_id(ctx, source)
         if not target_id or not source_id:
             raise MissingFactError(
@@ -113,7 +113,7 @@ def _rule_builder(need: PortNeed, target: str, source: str):
     return build
 
 
-def nodes(ctx: Ctx, needs: tuple[PortNeed, ...]) -> list[Node]:
+def nodes(ctx: CallContext, needs: tuple[PortNeed, ...]) -> list[Node]:
     """The rule nodes an add-on composes for its ``needs`` (only onto groups we may write to)."""
     out = []
     for need in needs:
@@ -157,7 +157,7 @@ class SecurityGroupReport:
 
 
 def _gaps(
-    ctx: Ctx, wanted: tuple[PortNeed, ...], emitted: set[str]
+    ctx: CallContext, wanted: tuple[PortNeed, ...], emitted: set[str]
 ) -> tuple[list[PortNeed], list[str], set[str]]:
     """(needs CAPA's groups lack, composed rules not ready yet, roles with no known group)."""
     missing: list[PortNeed] = []
@@ -181,7 +181,7 @@ def _gaps(
     return missing, composing, unknown
 
 
-def report(ctx: Ctx, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911  # one per reason
+def report(ctx: CallContext, emitted: set[str]) -> SecurityGroupReport:  # noqa: PLR0911  # one per reason
     """Whether every port the wanted add-ons need is open, and how to fix it if not."""
     wanted = ctx.port_needs
     if not wanted:

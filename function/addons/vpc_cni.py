@@ -9,7 +9,7 @@ from function.addons import cni, iam, irsa, security_groups
 from function.addons.helm import IRSA_ANNOTATION, release, service_account
 from function.graph import (
     Addon,
-    Ctx,
+    CallContext,
     Plugin,
     PortNeed,
     Release,
@@ -45,7 +45,7 @@ RESTART_ANNOTATION = "clusterplugin.dev/restarted-for-irsa"
 PORTS = (security_groups.cni_need("vpc-cni-all", "-1", -1, 65535, "all traffic (vpc-cni)"),)
 
 
-def _restarted(ctx: Ctx) -> bool:
+def _restarted(ctx: CallContext) -> bool:
     if not irsa.webhook_installed(ctx):
         return False
     if ctx.is_ready(irsa.WEBHOOK.node):
@@ -60,7 +60,7 @@ def _restarted(ctx: Ctx) -> bool:
     )
 
 
-def cni_release(ctx: Ctx) -> dict[str, Any]:
+def cni_release(ctx: CallContext) -> dict[str, Any]:
     """The aws-vpc-cni Release."""
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
@@ -81,7 +81,7 @@ def ports(_: AmazonVPCSpec) -> tuple[PortNeed, ...]:
 _RELEASE = RELEASE.as_node(cni_release, (control_plane_initialized, iam.role_ready(ROLE)))
 
 
-def plugin(ctx: Ctx) -> Plugin | None:
+def plugin(ctx: CallContext) -> Plugin | None:
     """The VPC CNI plugin, when wanted."""
     spec = ADDON.spec(ctx.spec)
     if spec is None:
