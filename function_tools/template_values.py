@@ -14,21 +14,15 @@ the ClusterPlugin the template makes, and says which prefix it used::
     clusterctl generate cluster demo --target-namespace team-a \
         --from templates/cluster-template-clusterplugin.yaml > demo.yaml
 
-Imports only click at module level: ``function_tools/cli.py`` registers the command, and the
-server's start pays nothing for it.
+The command itself is ``function_tools/commands/template_values.py``; this module imports
+nothing heavy at module level, and the server's start pays nothing for it.
 """
 
 from __future__ import annotations
 
 import shlex
-import sys
 from dataclasses import dataclass
 from typing import Any
-
-import click
-
-from function_tools import options
-from function_tools.options import InputError
 
 # The template this command computes for, and the variables it fills (docs/capa-template.md).
 TEMPLATE = "templates/cluster-template-clusterplugin.yaml"
@@ -175,83 +169,3 @@ def compute(
         composition=composition_name,
         issuer_url=found.url,
     )
-
-
-@click.command("template-values")
-@click.argument("cluster", metavar="CLUSTER_NAME")
-@click.option(
-    "--namespace",
-    "-n",
-    required=True,
-    help="The namespace of the Cluster and the ClusterPlugin: clusterctl's --target-namespace.",
-)
-@click.option(
-    "--region",
-    required=True,
-    envvar=REGION_VARIABLE,
-    help="The cluster's AWS region (the template's AWS_REGION).",
-)
-@options.input_option
-@click.option(
-    "--composition",
-    type=options.FILE,
-    help="The Composition the ClusterPlugin will use: its step input's namePrefix, and its "
-    f"name for {COMPOSITION_VARIABLE}. --input wins over it for the prefix.",
-)
-@click.option(
-    "--output",
-    "-o",
-    "output",
-    type=click.Choice(["text", "env", "yaml", "json"]),
-    default="text",
-    show_default=True,
-    help="env: export lines for a shell, which clusterctl reads the variables from.",
-)
-@click.pass_context
-def template_values_cmd(
-    ctx: click.Context,
-    *,
-    cluster: str,
-    namespace: str,
-    region: str,
-    input_file: str | None,
-    composition: str | None,
-    output: str,
-) -> None:
-    """Print the values the CAPA cluster template needs for CLUSTER_NAME in --namespace.
-
-    The SelfHosted IRSA issuer URL (the API server's --service-account-issuer from the
-    cluster's first boot), the Composition the ClusterPlugin uses and the region, for
-    templates/cluster-template-clusterplugin.yaml (docs/capa-template.md), before any
-    XR exists. Says which namePrefix the issuer was computed with.
-    """
-    from function_tools import files, issuer  # noqa: PLC0415
-
-    from_env = ctx.get_parameter_source("region") is click.core.ParameterSource.ENVIRONMENT
-    region_from = REGION_VARIABLE if from_env else "--region"
-    try:
-        values = compute(
-            namespace,
-            cluster,
-            region,
-            input_file=input_file,
-            composition=composition,
-            region_from=region_from,
-        )
-    except files.InputFileError as err:
-        raise InputError(str(err)) from None
-    except issuer.IssuerError as err:
-        click.echo(f"Error: {err}", err=True)
-        sys.exit(2)
-    if output == "env":
-        click.echo(values.env(), nl=False)
-    elif output == "json":
-        import json  # noqa: PLC0415
-
-        click.echo(json.dumps(values.as_dict(), indent=2))
-    elif output == "yaml":
-        import yaml  # noqa: PLC0415
-
-        click.echo(yaml.safe_dump(values.as_dict(), sort_keys=False, width=1 << 30), nl=False)
-    else:
-        click.echo(values.text(), nl=False)

@@ -36,8 +36,8 @@ from function.policies import JWKS_KEY, STS_AUDIENCE, managed_policy_arn, trust_
 from function_tools.aws import issuer_checks, role_checks
 from function_tools.aws import preflight as pf
 from function_tools.aws.checks import Check, Clients, Phase, Status
-from function_tools.aws.cli import aws
 from function_tools.aws.target import Target, build_target
+from function_tools.commands.aws import aws
 from tests import aws_helpers as h
 
 

@@ -28,8 +28,8 @@ from function.policies import shared_bucket_policy
 from function_tools.aws import cloudfront_checks as cf
 from function_tools.aws import preflight as pf
 from function_tools.aws.checks import Check, Clients, Phase, Status
-from function_tools.aws.cli import aws
 from function_tools.aws.target import Target
+from function_tools.commands.aws import aws
 from function_tools.files import load_documents
 from tests import aws_helpers as h
 

@@ -43,9 +43,9 @@ from click.testing import CliRunner
 from function.names import CLUSTER_TAG, IAM_PATH, PARTITIONS, Names
 from function.policies import DISCOVERY_KEY, JWKS_KEY
 from function_tools.aws.checks import Clients
-from function_tools.aws.cli import aws
 from function_tools.aws.provider_policy import UNSCOPED_ACTIONS, CloudFrontHosting, provider_policy
 from function_tools.aws.target import Target
+from function_tools.commands.aws import aws
 from tests import aws_helpers as h
 
 DENIED = {"AccessDenied", "AccessDeniedException", "403", "UnauthorizedOperation"}

@@ -21,7 +21,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function_tools.aws.cli import aws
 from function_tools.aws.provider_policy import provider_policy
 from function_tools.aws.provider_role import (
     POLICY_NAME,
@@ -33,6 +32,7 @@ from function_tools.aws.provider_role import (
     aws_providers,
 )
 from function_tools.cli import cli
+from function_tools.commands.aws import aws
 from function_tools.packaging import PROVIDER_REGISTRY, PROVIDERS, object_name
 from tests import aws_helpers as h
 from tests.kube_schema import validate

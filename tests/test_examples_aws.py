@@ -32,9 +32,9 @@ from click.testing import CliRunner
 
 from function.policies import STS_AUDIENCE, pod_identity_trust_policy
 from function_tools.aws.checks import Clients
-from function_tools.aws.cli import aws
 from function_tools.aws.role_checks import addon_roles
 from function_tools.aws.target import Target, build_target
+from function_tools.commands.aws import aws
 from function_tools.files import load_documents
 from tests import aws_helpers as h
 from tests import capa

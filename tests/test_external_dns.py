@@ -25,7 +25,7 @@ from function.addons import external_dns
 from function.names import PARTITIONS, Names
 from function.policies import external_dns_policy
 from function_tools.aws import preflight as pf
-from function_tools.aws.cli import aws
+from function_tools.commands.aws import aws
 from function_tools.world import World
 from tests import aws_helpers as h
 from tests.kube_schema import validate_values

@@ -58,6 +58,8 @@ from function_tools.aws.role_checks import (
 )
 from function_tools.aws.target import Target
 
+_MARK = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL"}
+
 
 @dataclass
 class Report:
@@ -94,6 +96,26 @@ class Report:
             "checks": [c.to_dict() for c in self.checks],
             "summary": self.summary(),
         }
+
+    def text(self) -> str:
+        """A person-readable report: one line per check, the fix under each problem."""
+        d = self.to_dict()
+        account = d["account"] or "?"
+        where = f"region {d['region']}  account {account}  phase {d['phase']}"
+        head = [f"ClusterPlugin {d['cluster']}  {where}"]
+        if d["bucket"]:
+            head.append(f"bucket {d['bucket']}  issuer {d['issuerURL']}")
+        elif d["issuerURL"]:
+            head.append(f"issuer {d['issuerURL']}")
+        width = max((len(c.name) for c in self.checks), default=0)
+        lines = [*head, ""]
+        for c in self.checks:
+            lines.append(f"{_MARK[c.status]}  {c.name.ljust(width)}  {c.message}")
+            if c.fix and c.status != Status.PASS:
+                lines.append(f"{' ' * (6 + width)}  fix: {c.fix}")
+        s = d["summary"]
+        lines += ["", f"{s['pass']} passed, {s['warn']} warning(s), {s['fail']} failed"]
+        return "\n".join(lines)
 
 
 def _behind_cloudfront(report: Report, clients: Clients, phase: Phase) -> bool:
