@@ -22,6 +22,7 @@ And the negatives: a token for another audience, one signed by another key under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 from collections.abc import Iterator
@@ -35,8 +36,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from e2e.aws.conftest import converge, played_providers
-from e2e.aws.provider import AwsControlPlane, Moto
+from e2e.aws.conftest import converge
+from e2e.aws.provider import AWS_KINDS, AwsControlPlane, Moto
 from e2e.aws.tokens import (
     DISCOVERY_PATH,
     STS_AUDIENCE,
@@ -139,52 +140,47 @@ class Cluster:
         return self.issuer_url.removeprefix("https://")
 
 
-@pytest.fixture(scope="module")
-def aws_providers(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> Iterator[Providers]:
-    yield from played_providers(aws_control_plane, namespaced=True)
-
-
-@pytest.fixture(scope="module")
-def aws_api(aws_control_plane: AwsControlPlane, aws_providers: Providers) -> Iterator[dict]:
-    composition = aws_control_plane.install_api("v2")
-    yield composition
-    aws_control_plane.remove_api("v2")
-
-
-@pytest.fixture(scope="module")
-def legacy_aws_providers(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> Iterator[Providers]:
-    yield from played_providers(aws_control_plane, namespaced=False)
-
-
-@pytest.fixture(scope="module")
-def legacy_aws_api(aws_control_plane: AwsControlPlane, legacy_aws_providers: Providers) -> Iterator[dict]:
-    composition = aws_control_plane.install_api("v1")
-    yield composition
-    aws_control_plane.remove_api("v1")
+@contextlib.contextmanager
+def installed_api(cp: AwsControlPlane, *, legacy: bool) -> Iterator[tuple[dict[str, Any], Providers]]:
+    """One flavour's API and its played providers (CAPI's objects, the Releases), then every
+    XR of it deleted through the real provider and the API removed: apis/v1's claim kind is
+    ClusterPlugin, as is apis/v2's XR, so the two cannot be installed at once."""
+    providers = Providers(cp.kube, namespaced=not legacy, real_kinds=AWS_KINDS)
+    providers.start()
+    flavour = "v1" if legacy else "v2"
+    try:
+        yield cp.install_api(flavour), providers
+        cp.remove_api(flavour)
+    finally:
+        providers.stop()
 
 
 @pytest.fixture(scope="module", params=HOSTINGS, ids=[h.name for h in HOSTINGS])
-def cluster(request: pytest.FixtureRequest, aws_control_plane: AwsControlPlane, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+def cluster(request: pytest.FixtureRequest, aws_control_plane: AwsControlPlane, real_provider_aws: Process, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     hosting: Hosting = request.param
+    with installed_api(aws_control_plane, legacy=hosting.legacy) as (api, providers):
+        yield converged(hosting, aws_control_plane, api, providers, moto, tmp_path_factory.mktemp("issuer"))
+
+
+def converged(hosting: Hosting, cp: AwsControlPlane, api: dict[str, Any], providers: Providers, moto: Moto, work: Path) -> Cluster:  # noqa: PLR0917
+    """The hosting's example converged through provider-aws; what the tests read of it."""
     kind = ClusterScopedComposite if hosting.legacy else Composite
-    api = request.getfixturevalue("legacy_aws_api" if hosting.legacy else "aws_api")
-    providers = request.getfixturevalue("legacy_aws_providers" if hosting.legacy else "aws_providers")
-    composite = kind(aws_control_plane, providers, hosting.example, api, hosting.namespace)
+    composite = kind(cp, providers, hosting.example, api, hosting.namespace)
     hosting.prepare(moto, composite.manifest)
-    issuer = issuer_of(composite.manifest, api, tmp_path_factory.mktemp("issuer"))
+    issuer = issuer_of(composite.manifest, api, work)
     xr = converge(composite)
     composed = composite.composed()
     releases = [o for o in composed.values() if o["kind"] == "Release"]
     sa_secret = next(o for o in composite.required() if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-sa"))
     roles = moto.roles()
     role_arns = {o["metadata"]["annotations"]["crossplane.io/external-name"]: o["status"]["atProvider"]["arn"] for o in composed.values() if o["kind"] == "Role"}
-    providers = {arn: p for arn, p in moto.oidc_providers().items() if "https://" + p["url"].removeprefix("https://") == issuer["issuerURL"]}
-    assert len(providers) == 1, f"moto holds no single OIDC provider for {issuer['issuerURL']}: {moto.oidc_providers()}"
+    oidc = [arn for arn, p in moto.oidc_providers().items() if "https://" + p["url"].removeprefix("https://") == issuer["issuerURL"]]
+    assert len(oidc) == 1, f"moto holds no single OIDC provider for {issuer['issuerURL']}: {moto.oidc_providers()}"
     objects = [o["spec"]["forProvider"] for o in composed.values() if o["kind"] == "Object"]
     buckets = {fp["bucket"] for fp in objects}
     assert len(buckets) == 1, buckets
     held = moto.buckets()[buckets.pop()]["objects"]
-    return Cluster(composite, issuer, xr, releases, sa_secret, {n: roles[n] for n in role_arns}, role_arns, next(iter(providers)), issuer_documents(issuer["issuerURL"], held))
+    return Cluster(composite, issuer, xr, releases, sa_secret, {n: roles[n] for n in role_arns}, role_arns, oidc[0], issuer_documents(issuer["issuerURL"], held))
 
 
 @pytest.fixture(scope="module")
@@ -233,9 +229,33 @@ def site(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def tokens(workload: KubeadmWorkload, service_accounts: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
-    """A token of each ServiceAccount with a role, as the webhook's projected volume asks for it."""
-    return {sa: token_request(workload.server, workload.tls(), *sa, audience=STS_AUDIENCE, seconds=86400) for sa in service_accounts}
+def pods(workload: KubeadmWorkload, workloads: list[dict[str, Any]], service_accounts: dict[tuple[str, str], str]) -> dict[str, list[dict[str, Any]]]:
+    """<kind>/<namespace>/<name> -> the pods kube-controller-manager made, of every Deployment
+    and DaemonSet whose ServiceAccount has a role."""
+    kube = workload.kube
+    with_role = [w for w in workloads if (w["metadata"]["namespace"], w["spec"]["template"]["spec"].get("serviceAccountName", "default")) in service_accounts]
+    return {f"{w['kind']}/{w['metadata']['namespace']}/{w['metadata']['name']}": kube.wait_for(partial(made_pods, kube, w), f"pods of {w['metadata']['name']}", timeout_s=120) for w in with_role}
+
+
+def projection(pod: dict[str, Any]) -> dict[str, Any]:
+    """The serviceAccountToken source of the webhook's projected volume in ``pod`` ({} if none)."""
+    volume: dict[str, Any] = next((v for v in pod["spec"].get("volumes", []) if v["name"] == TOKEN_VOLUME), {})
+    sources = volume.get("projected", {}).get("sources", [])
+    return dict(sources[0].get("serviceAccountToken", {})) if sources else {}
+
+
+@pytest.fixture(scope="module")
+def tokens(workload: KubeadmWorkload, pods: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], str]:
+    """A token of each ServiceAccount with a role, minted as its pods' projected volume asks
+    (its audience and expirationSeconds, through TokenRequest as the kubelet does)."""
+    out = {}
+    for found in pods.values():
+        for pod in found:
+            sa = (pod["metadata"]["namespace"], pod["spec"]["serviceAccountName"])
+            source = projection(pod)
+            assert source, f"pod {pod['metadata']['name']} has no {TOKEN_VOLUME} volume to mint a token as"
+            out[sa] = token_request(workload.server, workload.tls(), *sa, audience=source["audience"], seconds=source["expirationSeconds"])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -261,25 +281,25 @@ def test_the_workload_api_server_runs_as_kubeadm_would_for_the_cluster(cluster: 
     print(f"\nkube-apiserver: {' '.join(a for a in workload.apiserver_argv if 'service-account' in a or 'audiences' in a)}")
 
 
-def test_the_add_ons_pods_carry_their_role_and_the_token_volume(cluster: Cluster, workload: KubeadmWorkload, webhook: PodIdentityWebhook, workloads: list[dict[str, Any]], service_accounts: dict[tuple[str, str], str]) -> None:
+def test_the_add_ons_pods_carry_their_role_and_the_token_volume(cluster: Cluster, webhook: PodIdentityWebhook, pods: dict[str, list[dict[str, Any]]], service_accounts: dict[tuple[str, str], str]) -> None:
     """Each pod of a ServiceAccount with a role: AWS_ROLE_ARN is the role the function composed
-    for it, AWS_WEB_IDENTITY_TOKEN_FILE the projected token for sts.amazonaws.com."""
+    for it, AWS_WEB_IDENTITY_TOKEN_FILE the projected token for sts.amazonaws.com, and the
+    region and regional STS endpoint the function's webhook Release asks for."""
     composed_arns = set(cluster.role_arns.values())
     assert set(service_accounts.values()) <= composed_arns, (service_accounts, composed_arns)
     assert set(cluster.xr["status"]["roleARNs"].values()) == set(service_accounts.values()), cluster.xr["status"]["roleARNs"]
-    kube = workload.kube
-    with_role = [w for w in workloads if (w["metadata"]["namespace"], w["spec"]["template"]["spec"].get("serviceAccountName", "default")) in service_accounts]
-    pods = {f"{w['kind']}/{w['metadata']['namespace']}/{w['metadata']['name']}": kube.wait_for(partial(made_pods, kube, w), f"pods of {w['metadata']['name']}", timeout_s=120) for w in with_role}
     covered = {(p["metadata"]["namespace"], p["spec"]["serviceAccountName"]) for ps in pods.values() for p in ps}
     assert covered == set(service_accounts), f"ServiceAccounts with a role but no pod: {set(service_accounts) - covered}"
+    # The webhook adds AWS_REGION and AWS_DEFAULT_REGION unless the container sets either (the
+    # EBS chart's ebs-plugin sets AWS_REGION from the value the function gives it).
+    region = cluster.issuer["region"]
     problems = []
     for name, found in sorted(pods.items()):
         for pod in found:
             sa = (pod["metadata"]["namespace"], pod["spec"]["serviceAccountName"])
-            volume = next((v for v in pod["spec"].get("volumes", []) if v["name"] == TOKEN_VOLUME), None)
-            source = (volume or {}).get("projected", {}).get("sources", [{}])[0].get("serviceAccountToken", {})
+            source = projection(pod)
             if source.get("audience") != STS_AUDIENCE:
-                problems.append(f"{name} {pod['metadata']['name']}: token volume {volume}")
+                problems.append(f"{name} {pod['metadata']['name']}: token volume source {source}")
             for container in pod["spec"]["containers"]:
                 env = {e["name"]: e.get("value") for e in container.get("env", [])}
                 mount = next((m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] == TOKEN_VOLUME), None)
@@ -287,8 +307,12 @@ def test_the_add_ons_pods_carry_their_role_and_the_token_volume(cluster: Cluster
                     problems.append(f"{name} {container['name']}: AWS_ROLE_ARN {env.get('AWS_ROLE_ARN')!r}, composed {service_accounts[sa]}")
                 if mount is None or env.get("AWS_WEB_IDENTITY_TOKEN_FILE") != f"{mount}/{source.get('path')}":
                     problems.append(f"{name} {container['name']}: AWS_WEB_IDENTITY_TOKEN_FILE {env.get('AWS_WEB_IDENTITY_TOKEN_FILE')!r}, mount {mount}")
+                regional = {"AWS_REGION": env.get("AWS_REGION"), "AWS_STS_REGIONAL_ENDPOINTS": env.get("AWS_STS_REGIONAL_ENDPOINTS")}
+                if regional != {"AWS_REGION": region, "AWS_STS_REGIONAL_ENDPOINTS": "regional"} or env.get("AWS_DEFAULT_REGION", region) != region:
+                    problems.append(f"{name} {container['name']}: {regional}, AWS_DEFAULT_REGION {env.get('AWS_DEFAULT_REGION')!r}: not the cluster's region {region}, regional STS")
     assert not problems, "\n".join(problems)
-    print("\n" + "\n".join(f"{n}: {len(ps)} pod(s), AWS_ROLE_ARN {service_accounts[(ps[0]['metadata']['namespace'], ps[0]['spec']['serviceAccountName'])]}" for n, ps in sorted(pods.items())))
+    print(f"\nthe webhook: {' '.join(webhook.argv[1:])}")
+    print("\n".join(f"{n}: {len(ps)} pod(s), AWS_ROLE_ARN {service_accounts[(ps[0]['metadata']['namespace'], ps[0]['spec']['serviceAccountName'])]}, token {projection(ps[0])}" for n, ps in sorted(pods.items())))
 
 
 def test_every_token_verifies_against_the_documents_moto_holds(cluster: Cluster, site: IssuerSite, tokens: dict[tuple[str, str], str]) -> None:
