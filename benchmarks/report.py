@@ -191,7 +191,8 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
         "",
         (
             "`examples/selfhosted-full` (5 plugins, SelfHosted IRSA) played to convergence by "
-            "`function_tools.world.World`, then one reconcile's requests through the "
+            "`function_tools.in_memory_crossplane.InMemoryCrossplane`, then one reconcile's "
+            "requests through the "
             "required-resources loop. Observed objects are made realistic in size "
             "(`benchmarks/workload.py`: metadata with uid/resourceVersion/ownerReferences/"
             "finalizers, upjet's atProvider echoing forProvider plus id/arn/tagsAll, conditions "

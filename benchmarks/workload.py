@@ -1,7 +1,7 @@
-"""The requests the benchmarks send, built with the in-memory Crossplane (function_tools.world).
+"""The requests the benchmarks send, built with function_tools.in_memory_crossplane.
 
 Everything here is deterministic: the same code always builds byte-identical
-requests. ``World`` plays the example until it converges; the observed state it
+requests. ``InMemoryCrossplane`` plays the example until it converges; the observed state it
 reports is then made realistic in size (what upjet, provider-helm and the API
 server add to a composed resource: metadata, finalizers, owner references,
 ``status.atProvider`` echoing ``spec.forProvider`` plus ids, ARNs and
@@ -23,9 +23,9 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function_tools.files import step_from_composition
+from function_tools.in_memory_crossplane import InMemoryCrossplane
+from function_tools.input_files import step_from_composition
 from function_tools.resolve import MAX_REQUIREMENT_ITERATIONS
-from function_tools.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "selfhosted-full"
@@ -203,7 +203,7 @@ def _kind_extras(kind: str, fp: dict[str, Any], ext: str) -> dict[str, Any]:
 
 
 def realistic(obj: dict[str, Any], name: str, xr: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` (as World observes it) with what a real cluster adds; the same fields read."""
+    """``obj`` (as the in-memory Crossplane observes it) with what a real cluster adds."""
     o = copy.deepcopy(obj)
     kind = o.get("kind", "")
     api = o.get("apiVersion", "")
@@ -260,7 +260,7 @@ def realistic(obj: dict[str, Any], name: str, xr: dict[str, Any]) -> dict[str, A
             fp["tags"] = {**fp["tags"], **default_tags}
         at = status.setdefault("atProvider", {})
         echo = copy.deepcopy(fp)
-        echo.update(at)  # keep what World reports (the ARN)
+        echo.update(at)  # keep what InMemoryCrossplane reports (the ARN)
         echo["id"] = ext
         if "tags" in fp:
             echo["tagsAll"] = dict(fp["tags"])
@@ -344,10 +344,10 @@ def padding(i: int, xr: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 # --- building requests ---------------------------------------------------------------
 
 
-def converge(xr: dict[str, Any], *, max_steps: int = 30) -> World:
-    """Play ``xr`` in a World until it is Ready and a reconcile changes nothing."""
+def converge(xr: dict[str, Any], *, max_steps: int = 30) -> InMemoryCrossplane:
+    """Play ``xr`` in a InMemoryCrossplane until it is Ready and a reconcile changes nothing."""
     _, required = example()
-    world = World(xr, required, step_input=step_input())
+    world = InMemoryCrossplane(xr, required, step_input=step_input())
     for _ in range(max_steps):
         rec = world.reconcile()
         if rec.fatal:
@@ -371,8 +371,10 @@ class Reconcile:
         return self.requests[-1]
 
 
-def reconcile_requests(world: World, *, extra: int = 0, plain: bool = False) -> Reconcile:
-    """Every request of one reconcile of ``world`` (as World.call sends them).
+def reconcile_requests(
+    world: InMemoryCrossplane, *, extra: int = 0, plain: bool = False
+) -> Reconcile:
+    """Every request of one reconcile of ``world`` (as InMemoryCrossplane.call sends them).
 
     Observed objects are made realistic (unless ``plain``) and ``extra`` padding
     resources are added, before the loop runs, so every iteration carries them.
@@ -396,7 +398,7 @@ def reconcile_requests(world: World, *, extra: int = 0, plain: bool = False) -> 
     rsp = fn.run(req)
     for _ in range(MAX_REQUIREMENT_ITERATIONS - 1):
         before = rsp.requirements.SerializeToString(deterministic=True)
-        world._fill(req, rsp)  # the same fill World.call uses
+        world._fill(req, rsp)  # the same fill InMemoryCrossplane.call uses
         requests.append(_copy(req))
         rsp = fn.run(req)
         if rsp.requirements.SerializeToString(deterministic=True) == before:
@@ -413,7 +415,7 @@ def _copy(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRequest:
 def first_request() -> fnv1.RunFunctionRequest:
     """The first request for a new XR: nothing observed, nothing required yet."""
     xr, required = example()
-    world = World(xr, required, step_input=step_input())
+    world = InMemoryCrossplane(xr, required, step_input=step_input())
     return reconcile_requests(world).requests[0]
 
 
@@ -453,7 +455,7 @@ def build(resource_counts: tuple[int, ...] = RESOURCE_COUNTS) -> Workload:
     )
 
 
-def check_realism(world: World) -> None:
+def check_realism(world: InMemoryCrossplane) -> None:
     """The realistic request gets exactly the response the plain one gets."""
     plain = reconcile_requests(world, plain=True).final
     real = reconcile_requests(world).final

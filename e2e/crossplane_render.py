@@ -46,8 +46,8 @@ from typing import Any
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function_tools import files, render
-from function_tools.world import COMPOSITION_RESOURCE_NAME
+from function_tools import input_files, render
+from function_tools.in_memory_crossplane import COMPOSITION_RESOURCE_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -163,11 +163,11 @@ def run_render(args: list[str], inputs: Inputs) -> subprocess.CompletedProcess[s
 
 def our_render(inputs: Inputs, *, crossplane_v1: bool = False) -> render.Rendered:
     """The project's ``render`` of the same inputs (what ``function-cluster-plugin render`` prints)."""
-    step, step_input = files.step_from_composition(files.load_documents([inputs.composition]))
+    step, step_input = input_files.step_from_composition(input_files.load_documents([inputs.composition]))
     return render.render(
-        files.load_one(inputs.xr, "composite resource"),
-        required=files.load_documents([inputs.required]),
-        observed=files.load_documents([inputs.observed] if inputs.observed else []),
+        input_files.load_one(inputs.xr, "composite resource"),
+        required=input_files.load_documents([inputs.required]),
+        observed=input_files.load_documents([inputs.observed] if inputs.observed else []),
         step_input=step_input,
         step=step,
         crossplane_v1=crossplane_v1,
@@ -222,7 +222,7 @@ def compare(
     problems: list[str] = []
     xp_xr, xp_composed, xp_results = _split(crossplane_docs)
     our_xr, our_composed, _ = _split(ours.documents)
-    xr_in = files.load_one(inputs.xr, "composite resource")
+    xr_in = input_files.load_one(inputs.xr, "composite resource")
     uid = render_uid(xr_in)
 
     # Composed resources: the same set, the same bodies, Crossplane's metadata as documented.
@@ -234,7 +234,7 @@ def compare(
     for cname in sorted(set(xp_composed) & set(our_composed)):
         problems += _compare_composed(cname, xp_composed[cname], our_composed[cname], uid)
 
-    xrd = files.load_one(inputs.xrd, "XRD")
+    xrd = input_files.load_one(inputs.xrd, "XRD")
     problems += _compare_xr(xp_xr, our_xr, xr_in, xrd, xp_composed)
     problems += _compare_results(xp_results, ours.response, step)
     return problems
@@ -468,7 +468,7 @@ def compare_crank(
     problems: list[str] = []
     crank_xr, crank_composed, crank_results = _split(crank_docs)
     our_xr, our_composed, our_results = _split(ours.documents)
-    xr_in = files.load_one(inputs.xr, "composite resource")
+    xr_in = input_files.load_one(inputs.xr, "composite resource")
 
     for cname in sorted(set(crank_composed) | set(our_composed)):
         if crank_composed.get(cname) != our_composed.get(cname):

@@ -15,7 +15,7 @@ import pytest
 
 from e2e import crossplane_render as xp
 from e2e.conftest import ROOT, tool_source
-from function_tools.world import CLUSTER_KINDS
+from function_tools.in_memory_crossplane import CLUSTER_KINDS
 
 LEGACY = [
     c for c in (xp.Inputs(n, late) for n in xp.xr_examples() for late in (False, True)) if c.legacy

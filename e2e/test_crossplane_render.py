@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from e2e import crossplane_render as xp
-from function_tools import files, render
-from function_tools.world import CLUSTER_KINDS
+from function_tools import input_files, render
+from function_tools.in_memory_crossplane import CLUSTER_KINDS
 
 STAGES = [False, True]
 CASES = [xp.Inputs(name, late) for name in xp.xr_examples() for late in STAGES]
@@ -28,7 +28,7 @@ def test_every_example_is_covered() -> None:
     # Function's production wiring and no XR: nothing to render.
     dirs = sorted(p.name for p in xp.EXAMPLES.iterdir() if p.is_dir())
     assert set(dirs) - set(xp.xr_examples()) == {"production"}
-    kinds = {d["kind"] for d in files.load_documents([xp.EXAMPLES / "production"])}
+    kinds = {d["kind"] for d in input_files.load_documents([xp.EXAMPLES / "production"])}
     assert "Function" in kinds
     assert not kinds & {"ClusterPlugin", "XClusterPlugin"}
     # Both flavours, and every example has the simulator's late observed state.
@@ -47,7 +47,7 @@ def test_crossplane_render_agrees_with_ours(
     done = xp.crossplane_render(crossplane, crossplane_core, function_address, case)
     assert done.returncode == 0, done.stderr
     ours = our_render(case)
-    step, _ = files.step_from_composition(files.load_documents([case.composition]))
+    step, _ = input_files.step_from_composition(input_files.load_documents([case.composition]))
     docs = xp.documents(done.stdout)
     assert xp.compare(docs, ours, case, step) == []
     # Each example's Composition asks for its CAPI objects in the versions its files hold:
@@ -75,8 +75,8 @@ def test_a_fatal_result_stops_crossplane_render_with_our_message(
     assert done.returncode != 0
     fatal = render.render(
         xr,
-        required=files.load_documents([inputs.required]),
-        step_input=files.step_from_composition(files.load_documents([inputs.composition]))[1],
+        required=input_files.load_documents([inputs.required]),
+        step_input=input_files.step_from_composition(input_files.load_documents([inputs.composition]))[1],
     ).fatal
     assert fatal and "spec.networking" in fatal
     assert fatal in done.stderr, done.stderr

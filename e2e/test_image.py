@@ -15,7 +15,7 @@ What it shows, reading the image the way a container runtime would:
   own mount namespace, /proc and /dev mounted as a runtime does), plus ``--insecure`` and
   loopback addresses: it runs as uid 65532, gRPC health says SERVING on the function's
   port and on the probe listener, and every RunFunction call of an example's whole
-  lifecycle (the project's World, as ``render`` and ``simulate`` build requests) gets the
+  lifecycle (the project's InMemoryCrossplane, as ``render`` and ``simulate`` build requests) gets the
   same response from the image as from the checkout's ``fn.run``; on SIGTERM it drains
   and exits 0;
 - a second build of the same commit is byte-for-byte the same archive.
@@ -43,14 +43,14 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from function import fn
-from function_tools import files
-from function_tools.world import World
+from function_tools import input_files
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from scripts import build_image, debian_root
 from tests.test_serve import free_port, wait_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "selfhosted-full"
-# Reconciles of the example's World: enough for every stage to become ready (the XR's
+# Reconciles of the example's InMemoryCrossplane: enough for every stage to become ready (the XR's
 # Ready condition is asserted, so a shorter lifecycle fails rather than passes quietly).
 RECONCILES = 12
 
@@ -175,8 +175,8 @@ def test_it_serves_as_the_nonroot_user_and_health_says_serving(running: Running)
 
 
 def test_run_function_answers_as_the_checkout_does(running: Running) -> None:
-    xr = files.load_one(EXAMPLE / "xr.yaml", "composite resource")
-    required = files.load_documents([EXAMPLE / "required"])
+    xr = input_files.load_one(EXAMPLE / "xr.yaml", "composite resource")
+    required = input_files.load_documents([EXAMPLE / "required"])
     calls: list[tuple[fnv1.RunFunctionRequest, fnv1.RunFunctionResponse, fnv1.RunFunctionResponse]]
     calls = []
     with grpc.insecure_channel(running.address) as channel:
@@ -193,7 +193,7 @@ def test_run_function_answers_as_the_checkout_does(running: Running) -> None:
             )
             return from_image
 
-        world = World(xr, required, capabilities=True, runner=both)
+        world = InMemoryCrossplane(xr, required, capabilities=True, runner=both)
         reconciles = world.run(RECONCILES)
     # Not vacuous: the lifecycle went somewhere, through the image's answers.
     assert world.xr_ready, [(r.step, r.fatal, r.created) for r in reconciles]

@@ -1,7 +1,7 @@
 """``render``: what Crossplane would apply for one reconcile of an XR, as `crossplane render` shows.
 
 In process, without Docker or the crossplane CLI: the XR, its observed composed
-resources and the required (Cluster API) objects go into a :class:`World`, whose
+resources and the required (Cluster API) objects go into a :class:`InMemoryCrossplane`, whose
 ``call()`` runs the function through Crossplane's required-resources loop. The
 answer is printed in the shape ``crossplane render`` prints
 (``cmd/crank/render/render.go``):
@@ -32,8 +32,12 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function_tools.files import DEFAULT_STEP, InputFileError
-from function_tools.world import COMPOSITION_RESOURCE_NAME, Composed, World
+from function_tools.in_memory_crossplane import (
+    COMPOSITION_RESOURCE_NAME,
+    Composed,
+    InMemoryCrossplane,
+)
+from function_tools.input_files import DEFAULT_STEP, InputFileError
 
 RESULT_API_VERSION = "render.crossplane.io/v1beta1"
 # crossplane render's conditionTime(): a fixed time, so output does not churn.
@@ -84,10 +88,10 @@ def observed_composed(docs: Iterable[dict[str, Any]]) -> dict[str, Composed]:
 # --- rendering -----------------------------------------------------------------
 
 
-class _ObservedWorld(World):
-    """A World whose observed composed resources are exactly what the files say.
+class _ObservedWorld(InMemoryCrossplane):
+    """A InMemoryCrossplane whose observed composed resources are exactly what the files say.
 
-    World's own ``_observed_object`` rewrites conditions and ARNs as its fake
+    InMemoryCrossplane's own ``_observed_object`` rewrites conditions and ARNs as its fake
     providers would; for ``render`` the user's observed state is the truth.
     """
 

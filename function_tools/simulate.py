@@ -1,4 +1,4 @@
-"""``simulate``: play a ClusterPlugin's whole lifecycle against the in-memory :class:`World`.
+"""``simulate``: play a ClusterPlugin's whole lifecycle against the in-memory Crossplane.
 
 The workload control plane starts neither initialized nor available, becomes
 initialized at ``initialized_at`` and available at ``available_at``; every
@@ -46,7 +46,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.addons import cni
-from function_tools.world import World, orphaned
+from function_tools.in_memory_crossplane import InMemoryCrossplane, orphaned
 
 CONTROL_PLANE = "control-plane"
 _CONDITION_STATUS = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}
@@ -253,7 +253,7 @@ class Simulation:
     uninstalls: list[tuple[int, str]] = field(default_factory=list)
     hung: list[tuple[int, str]] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
-    # Deleted while a Usage of it was still there (World.deleted_in_use).
+    # Deleted while a Usage of it was still there (InMemoryCrossplane.deleted_in_use).
     deleted_in_use: list[tuple[int, str]] = field(default_factory=list)
 
     @property
@@ -442,7 +442,7 @@ def _plugins(rsp: fnv1.RunFunctionResponse) -> list[dict[str, Any]]:
 
 
 class Simulator:
-    """Drives a World through a schedule and records the timeline."""
+    """Drives a InMemoryCrossplane through a schedule and records the timeline."""
 
     def __init__(
         self,
@@ -454,7 +454,7 @@ class Simulator:
     ) -> None:
         self.settings = settings or Settings()
         s = self.settings
-        self.world = World(
+        self.world = InMemoryCrossplane(
             xr,
             required,
             step_input=step_input,
@@ -476,7 +476,7 @@ class Simulator:
         )
         initialized = step >= s.initialized_at or step >= s.available_at
         self.world.set_control_plane(initialized=initialized, available=available)
-        # World applies held_down at the providers' tick after the reconcile, so a
+        # InMemoryCrossplane applies held_down at the providers' tick after the reconcile, so a
         # node is observed not-ready at reconcile N when held at the tick of N-1.
         self.world.held_down = {
             f.node for f in s.faults if f.node != CONTROL_PLANE and f.active(step + 1)

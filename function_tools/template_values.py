@@ -137,11 +137,11 @@ def compute(
 ) -> TemplateValues:
     """The values for ``namespace``/``cluster``.
 
-    Raises ``files.InputFileError`` for a step input or Composition that cannot be used and
+    Raises ``input_files.InputFileError`` for a step input or Composition that cannot be used and
     ``issuer.IssuerError`` for what the function would refuse (a bad name or region).
     """
     from function.flavour import NAMESPACED_XR  # noqa: PLC0415
-    from function_tools import files, issuer  # noqa: PLC0415
+    from function_tools import input_files, issuer  # noqa: PLC0415
 
     # The template's ClusterPlugin as the issuer depends on it: its name, namespace and
     # cluster; SelfHosted with the default hosting (S3Public) and bucket name.
@@ -151,10 +151,10 @@ def compute(
         "metadata": {"name": cluster, "namespace": namespace},
         "spec": {"clusterName": cluster, "irsa": {"mode": "SelfHosted"}},
     }
-    _, step_input = files.step_input(input_file, composition, xr)
+    _, step_input = input_files.step_input(input_file, composition, xr)
     composition_name = NAMESPACED_XR.xrd_name
     if composition:
-        comp, _ = files.function_step(files.load_documents([composition]), composition)
+        comp, _ = input_files.function_step(input_files.load_documents([composition]), composition)
         composition_name = str((comp.get("metadata") or {}).get("name") or composition_name)
     found = issuer.compute(xr, step_input=step_input, region=region)
     # found.warnings says that this XR's spec names no add-on using IRSA: true of the

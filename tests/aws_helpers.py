@@ -89,7 +89,7 @@ from function_tools.aws.checks import Clients
 from function_tools.aws.issuer_checks import provider_arn_for
 from function_tools.aws.role_checks import AddonRole, addon_roles, expected_policy_arn
 from function_tools.aws.target import Target, build_target
-from function_tools.files import load_documents
+from function_tools.input_files import load_documents
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

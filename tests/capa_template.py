@@ -24,7 +24,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from function_tools.world import set_control_plane
+from function_tools.in_memory_crossplane import set_control_plane
 from tests import capa
 
 ROOT = Path(__file__).resolve().parent.parent

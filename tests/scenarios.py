@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from function_tools import files
-from function_tools.world import World
+from function_tools import input_files
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -37,7 +37,7 @@ def own_input(name: str) -> dict[str, Any]:
     path = EXAMPLES / name / "composition.yaml"
     if not path.is_file():
         return {}
-    return files.step_from_composition(files.load_documents([path]))[1]
+    return input_files.step_from_composition(input_files.load_documents([path]))[1]
 
 
 def find(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -54,10 +54,10 @@ class Scenario:
     mutate_required: Callable[[list[dict[str, Any]]], None] | None = None
     step_input: dict[str, Any] = field(default_factory=dict)
     crossplane_v1: bool = False
-    # Kinds slower to turn Ready in the World (kind -> reconciles after creation).
+    # Kinds slower to turn Ready in the InMemoryCrossplane (kind -> reconciles after creation).
     slow: dict[str, int] = field(default_factory=dict)
 
-    def world(self, *, staged: bool = True, **kw: Any) -> World:
+    def world(self, *, staged: bool = True, **kw: Any) -> InMemoryCrossplane:
         xr, required = example(self.example)
         xr, required = copy.deepcopy(xr), copy.deepcopy(required)
         if self.mutate_xr:
@@ -66,16 +66,16 @@ class Scenario:
             self.mutate_required(required)
         kw.setdefault("slow", self.slow)
         step_input = {**own_input(self.example), **self.step_input}
-        w = World(xr, required, step_input=step_input, crossplane_v1=self.crossplane_v1, **kw)
+        w = InMemoryCrossplane(xr, required, step_input=step_input, crossplane_v1=self.crossplane_v1, **kw)
         if staged:
             w.set_control_plane(initialized=False, available=False)
         return w
 
 
-def staged_control_plane(initialized_at: int = 3, available_at: int = 8) -> Callable[[World], None]:
+def staged_control_plane(initialized_at: int = 3, available_at: int = 8) -> Callable[[InMemoryCrossplane], None]:
     """A ``before`` hook bringing the control plane up at the given reconciles."""
 
-    def before(w: World) -> None:
+    def before(w: InMemoryCrossplane) -> None:
         if w.step + 1 == initialized_at:
             w.set_control_plane(initialized=True, available=False)
         if w.step + 1 == available_at:

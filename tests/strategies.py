@@ -1,7 +1,7 @@
 """Hypothesis strategies and helpers shared by the property, fault, secret and soak tests.
 
 Everything here builds plain dicts (XRs, step inputs, CAPI objects) that the tests
-turn into RunFunctionRequests, directly or through ``function_tools.world.World``.
+turn into RunFunctionRequests, directly or through ``function_tools.in_memory_crossplane.InMemoryCrossplane``.
 
 Example counts come from the hypothesis profile named by ``HYPOTHESIS_PROFILE``:
 ``fast`` (the default run, a few seconds per test) or ``soak`` (``make soak``).
@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from function import accept, fn
-from function_tools.world import set_control_plane
+from function_tools.in_memory_crossplane import set_control_plane
 from tests.kube_schema import validate, validate_values
 from tests.scenarios import example
 
@@ -109,7 +109,7 @@ def time_bound(seconds: float = CALL_BOUND_S) -> Iterator[None]:
 
 @dataclass
 class CountingRunner:
-    """A World runner: ``fn.run`` under a time bound, counting calls. Exceptions propagate."""
+    """A InMemoryCrossplane runner: ``fn.run`` under a time bound, counting calls. Exceptions propagate."""
 
     calls: int = 0
     bound: float = CALL_BOUND_S
@@ -568,7 +568,7 @@ def cluster_shapes(draw: st.DrawFn, flavour: str, cluster: str, namespace: str) 
                 o["status"]["v1beta2"] = {
                     "conditions": [{"type": "Available", "status": "True"}, {"type": "Initialized", "status": "True"}]
                 }
-    # A v1beta1 Cluster's ref names the version the control plane is read in: the World,
+    # A v1beta1 Cluster's ref names the version the control plane is read in: the InMemoryCrossplane,
     # like `crossplane render`, holds each object in one version only.
     cluster = next(o for o in objs if o["kind"] == "Cluster")
     ref = cluster["spec"]["controlPlaneRef"]
@@ -581,7 +581,7 @@ def cluster_shapes(draw: st.DrawFn, flavour: str, cluster: str, namespace: str) 
 def cluster_api_input(objs: list[dict[str, Any]]) -> dict[str, str]:
     """``Input.clusterAPI`` asking for the Cluster and KubeadmControlPlane in the versions they are in.
 
-    What a user whose CAPI serves only those versions configures: the World hands an
+    What a user whose CAPI serves only those versions configures: the InMemoryCrossplane hands an
     object over only in the exact version asked for.
     """
     fields = {"Cluster": "cluster", "KubeadmControlPlane": "kubeadmControlPlane"}
@@ -608,7 +608,7 @@ def json_paths(obj: Any, prefix: JsonPath = ()) -> list[JsonPath]:
 
 
 def _mutable(path: JsonPath) -> bool:
-    # Kubernetes guarantees metadata's shape, and the in-memory World relies on it.
+    # Kubernetes guarantees metadata's shape, and the in-memory InMemoryCrossplane relies on it.
     return bool(path) and path[0] not in {"metadata", "apiVersion", "kind"}
 
 

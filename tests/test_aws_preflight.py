@@ -49,7 +49,7 @@ def moto_server() -> Iterator[h.MotoServer]:
 
 
 @dataclass
-class World:
+class InMemoryCrossplane:
     server: h.MotoServer
     clients: Clients
     network: h.Network
@@ -66,11 +66,11 @@ class World:
 
 
 @pytest.fixture
-def world(moto_server: h.MotoServer) -> World:
+def world(moto_server: h.MotoServer) -> InMemoryCrossplane:
     moto_server.reset()
     clients = h.make_clients(moto_server.endpoint)
     network = h.make_network(clients.ec2)
-    return World(moto_server, clients, network, h.example_target(network.groups))
+    return InMemoryCrossplane(moto_server, clients, network, h.example_target(network.groups))
 
 
 def by_name(report: pf.Report) -> dict[str, Check]:
@@ -101,7 +101,7 @@ ALL_CHECKS = [
 ]
 
 
-def test_a_good_account_passes_every_check(world: World) -> None:
+def test_a_good_account_passes_every_check(world: InMemoryCrossplane) -> None:
     world.compose()
     for phase in (Phase.AFTER, Phase.AUTO):
         report = world.run(phase)
@@ -111,7 +111,7 @@ def test_a_good_account_passes_every_check(world: World) -> None:
         assert not report.failed
 
 
-def test_an_empty_account_passes_before_creation(world: World) -> None:
+def test_an_empty_account_passes_before_creation(world: InMemoryCrossplane) -> None:
     h.open_ports(world.clients.ec2, world.target, world.network.groups)
     report = world.run()
     assert report.phase is Phase.BEFORE
@@ -122,7 +122,7 @@ def test_an_empty_account_passes_before_creation(world: World) -> None:
     assert "the function creates" in checks["role/lbc"].message
 
 
-def test_phase_after_fails_for_what_is_missing_and_auto_only_warns(world: World) -> None:
+def test_phase_after_fails_for_what_is_missing_and_auto_only_warns(world: InMemoryCrossplane) -> None:
     h.open_ports(world.clients.ec2, world.target, world.network.groups)
     after = world.run(Phase.AFTER)
     assert by_name(after)["bucket"].status is Status.FAIL
@@ -145,7 +145,7 @@ def test_phase_after_fails_for_what_is_missing_and_auto_only_warns(world: World)
     }
 
 
-def test_account_level_block_public_access_fails_with_the_fix(world: World) -> None:
+def test_account_level_block_public_access_fails_with_the_fix(world: InMemoryCrossplane) -> None:
     world.compose()
     world.clients.s3control.put_public_access_block(
         AccountId=h.ACCOUNT,
@@ -166,7 +166,7 @@ def test_account_level_block_public_access_fails_with_the_fix(world: World) -> N
     assert report.failed
 
 
-def test_account_level_block_of_acls_only_passes(world: World) -> None:
+def test_account_level_block_of_acls_only_passes(world: InMemoryCrossplane) -> None:
     world.clients.s3control.put_public_access_block(
         AccountId=h.ACCOUNT,
         PublicAccessBlockConfiguration={
@@ -187,7 +187,7 @@ def test_account_level_block_of_acls_only_passes(world: World) -> None:
     ],
 )
 def test_a_bucket_of_someone_else_in_this_account_fails(
-    world: World, tags: list[dict[str, str]], phrase: str
+    world: InMemoryCrossplane, tags: list[dict[str, str]], phrase: str
 ) -> None:
     bucket = world.target.names.bucket
     world.clients.s3.create_bucket(Bucket=bucket)
@@ -224,7 +224,7 @@ def test_a_bucket_owned_by_another_account_fails() -> None:
     assert "namePrefix" in check.fix
 
 
-def test_a_wrong_service_account_in_the_trust_policy_is_named(world: World) -> None:
+def test_a_wrong_service_account_in_the_trust_policy_is_named(world: InMemoryCrossplane) -> None:
     t = world.target
     provider = issuer_checks.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
     wrong = trust_policy(provider, t.issuer_host_path, "kube-system", "aws-vpc-cni")
@@ -239,7 +239,7 @@ def test_a_wrong_service_account_in_the_trust_policy_is_named(world: World) -> N
     assert "system:serviceaccount:kube-system:aws-node" in check.fix
 
 
-def test_a_missing_audience_is_named(world: World) -> None:
+def test_a_missing_audience_is_named(world: InMemoryCrossplane) -> None:
     t = world.target
     provider = issuer_checks.provider_arn_for(t.partition, h.ACCOUNT, t.issuer_host_path)
     doc = {
@@ -267,7 +267,7 @@ def test_a_missing_audience_is_named(world: World) -> None:
     assert by_name(report)["role/efs-csi"].status is Status.PASS
 
 
-def test_a_wrong_policy_attached_is_named(world: World) -> None:
+def test_a_wrong_policy_attached_is_named(world: InMemoryCrossplane) -> None:
     admin = "arn:aws:iam::aws:policy/AdministratorAccess"
     world.compose(extra_attachments={"efs-csi": [admin]})
     check = by_name(world.run())["role/efs-csi/policies"]
@@ -279,7 +279,7 @@ def test_a_wrong_policy_attached_is_named(world: World) -> None:
     )
 
 
-def test_a_policy_missing_and_another_attached_instead(world: World) -> None:
+def test_a_policy_missing_and_another_attached_instead(world: InMemoryCrossplane) -> None:
     world.compose()
     iam, t = world.clients.iam, world.target
     role = t.names.role("vpc-cni")
@@ -302,7 +302,7 @@ def test_a_policy_missing_and_another_attached_instead(world: World) -> None:
     assert "unexpected inline policy extra" in check.message
 
 
-def test_a_jwks_built_from_another_key_is_detected(world: World) -> None:
+def test_a_jwks_built_from_another_key_is_detected(world: InMemoryCrossplane) -> None:
     world.compose(public_pem=h.other_public_key())
     report = world.run()
     check = by_name(report)["issuer/jwks"]
@@ -313,7 +313,7 @@ def test_a_jwks_built_from_another_key_is_detected(world: World) -> None:
     assert by_name(report)["issuer/discovery"].status is Status.PASS
 
 
-def test_jwks_with_an_extra_key_and_a_private_object_are_reported(world: World) -> None:
+def test_jwks_with_an_extra_key_and_a_private_object_are_reported(world: InMemoryCrossplane) -> None:
     world.compose()
     t, s3 = world.target, world.clients.s3
     doc = json.loads(jwks_document(h.example_public_key()))
@@ -331,7 +331,7 @@ def test_jwks_with_an_extra_key_and_a_private_object_are_reported(world: World) 
         assert "not publicly readable" in by_name(report)[name].message
 
 
-def test_an_oidc_provider_that_is_not_ours_fails(world: World) -> None:
+def test_an_oidc_provider_that_is_not_ours_fails(world: InMemoryCrossplane) -> None:
     world.clients.iam.create_open_id_connect_provider(
         Url=world.target.issuer_url, ClientIDList=[STS_AUDIENCE]
     )
@@ -341,7 +341,7 @@ def test_an_oidc_provider_that_is_not_ours_fails(world: World) -> None:
     assert "delete-open-id-connect-provider" in check.fix
 
 
-def test_oidc_provider_quota(world: World) -> None:
+def test_oidc_provider_quota(world: InMemoryCrossplane) -> None:
     for i in range(90):
         world.clients.iam.create_open_id_connect_provider(
             Url=f"https://issuer-{i}.example.com", ClientIDList=[STS_AUDIENCE]
@@ -358,7 +358,7 @@ def test_oidc_provider_quota(world: World) -> None:
     assert "LimitExceeded" in check.message
 
 
-def test_missing_ports_on_capa_groups_name_the_awscluster_entries(world: World) -> None:
+def test_missing_ports_on_capa_groups_name_the_awscluster_entries(world: InMemoryCrossplane) -> None:
     # CAPA's default rules only (the example AWSCluster's): neither need is met. (An all-traffic
     # rule between the groups, which the VPC CNI needs, would also cover the webhook port.)
     checks = by_name(world.run())
@@ -379,7 +379,7 @@ def test_missing_ports_on_capa_groups_name_the_awscluster_entries(world: World) 
     assert checks["security-groups/vpc-cni-all"].status is Status.FAIL
 
 
-def test_ports_on_override_groups_are_composed_by_the_function(world: World) -> None:
+def test_ports_on_override_groups_are_composed_by_the_function(world: InMemoryCrossplane) -> None:
     docs = h.example_required(world.network.groups)
     infra = next(d for d in docs if d["kind"] == "AWSCluster")
     infra["spec"]["network"]["securityGroupOverrides"] = dict(world.network.groups)
@@ -392,7 +392,7 @@ def test_ports_on_override_groups_are_composed_by_the_function(world: World) -> 
     assert "sg-lbc-webhook-*" in after["security-groups/lbc-webhook"].fix
 
 
-def test_external_irsa_checks_the_given_provider(world: World) -> None:
+def test_external_irsa_checks_the_given_provider(world: InMemoryCrossplane) -> None:
     xr = h.example_xr()
     issuer = "oidc.eks.us-east-1.amazonaws.com/id/ABCDEF0123456789"
     arn = f"arn:aws:iam::{h.ACCOUNT}:oidc-provider/{issuer}"
@@ -494,11 +494,11 @@ def test_trust_policy_comparison_is_semantic() -> None:
 
 
 @pytest.fixture
-def aws_env(fake_aws_credentials: None, world: World) -> World:
+def aws_env(fake_aws_credentials: None, world: InMemoryCrossplane) -> InMemoryCrossplane:
     return world
 
 
-def _cli(world: World, tmp_path: Path, *args: str) -> Any:
+def _cli(world: InMemoryCrossplane, tmp_path: Path, *args: str) -> Any:
     required = h.write_required(tmp_path / "required", h.example_required(world.network.groups))
     return CliRunner().invoke(
         aws,
@@ -514,7 +514,7 @@ def _cli(world: World, tmp_path: Path, *args: str) -> Any:
     )
 
 
-def test_cli_reports_json_and_exits_zero_on_a_good_account(aws_env: World, tmp_path: Path) -> None:
+def test_cli_reports_json_and_exits_zero_on_a_good_account(aws_env: InMemoryCrossplane, tmp_path: Path) -> None:
     aws_env.compose()
     result = _cli(aws_env, tmp_path, "-o", "json", "--phase", "after")
     assert result.exit_code == 0, result.output
@@ -525,7 +525,7 @@ def test_cli_reports_json_and_exits_zero_on_a_good_account(aws_env: World, tmp_p
     assert out["issuerURL"] == aws_env.target.issuer_url
 
 
-def test_cli_exits_non_zero_with_the_fix_in_text(aws_env: World, tmp_path: Path) -> None:
+def test_cli_exits_non_zero_with_the_fix_in_text(aws_env: InMemoryCrossplane, tmp_path: Path) -> None:
     aws_env.compose(public_pem=h.other_public_key())
     result = _cli(aws_env, tmp_path)
     assert result.exit_code == 1, result.output
@@ -535,7 +535,7 @@ def test_cli_exits_non_zero_with_the_fix_in_text(aws_env: World, tmp_path: Path)
 
 
 def test_cli_takes_the_key_from_a_file_and_the_name_prefix_from_the_input(
-    aws_env: World, tmp_path: Path
+    aws_env: InMemoryCrossplane, tmp_path: Path
 ) -> None:
     key = tmp_path / "sa.pub"
     key.write_bytes(h.other_public_key())
@@ -553,7 +553,7 @@ def test_cli_takes_the_key_from_a_file_and_the_name_prefix_from_the_input(
     assert out["phase"] == "before"
 
 
-def test_cli_rejects_unusable_input(aws_env: World, tmp_path: Path) -> None:
+def test_cli_rejects_unusable_input(aws_env: InMemoryCrossplane, tmp_path: Path) -> None:
     bad = tmp_path / "xr.yaml"
     bad.write_text(
         yaml.safe_dump(
@@ -599,7 +599,7 @@ def test_namespace_and_region_sources() -> None:
 # --- the cluster's deletion: CAPA's external resource GC --------------------------------------
 
 
-def _with_gc_annotation(world: World, value: str | None) -> Target:
+def _with_gc_annotation(world: InMemoryCrossplane, value: str | None) -> Target:
     docs = h.example_required(world.network.groups)
     for d in docs:
         if d.get("kind") == "AWSCluster" and value is not None:
@@ -609,7 +609,7 @@ def _with_gc_annotation(world: World, value: str | None) -> Target:
     return build_target(h.example_xr(), required=docs)
 
 
-def test_external_resource_gc_turned_off_is_a_warning_with_the_fix(world: World) -> None:
+def test_external_resource_gc_turned_off_is_a_warning_with_the_fix(world: InMemoryCrossplane) -> None:
     report = world.run(target=_with_gc_annotation(world, "false"))
     check = by_name(report)["deletion/external-resource-gc"]
     assert check.status is Status.WARN
@@ -622,7 +622,7 @@ def test_external_resource_gc_turned_off_is_a_warning_with_the_fix(world: World)
     assert failing == {c.name for c in baseline.checks if c.status is Status.FAIL}
 
 
-def test_external_resource_gc_on_by_default_passes(world: World) -> None:
+def test_external_resource_gc_on_by_default_passes(world: InMemoryCrossplane) -> None:
     for value in (None, "true"):
         check = by_name(world.run(target=_with_gc_annotation(world, value)))[
             "deletion/external-resource-gc"
@@ -630,7 +630,7 @@ def test_external_resource_gc_on_by_default_passes(world: World) -> None:
         assert check.status is Status.PASS, value
 
 
-def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world: World) -> None:
+def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world: InMemoryCrossplane) -> None:
     xr = h.example_xr()
     del xr["spec"]["ingress"]
     del xr["spec"]["cloudProvider"]
@@ -638,7 +638,7 @@ def test_external_resource_gc_is_not_checked_without_a_load_balancer_maker(world
     assert "deletion/external-resource-gc" not in by_name(world.run(target=target))
 
 
-def test_external_resource_gc_unknown_without_the_awscluster(world: World) -> None:
+def test_external_resource_gc_unknown_without_the_awscluster(world: InMemoryCrossplane) -> None:
     xr = h.example_xr()
     target = build_target(xr, region_flag="us-east-1")
     check = by_name(world.run(target=target))["deletion/external-resource-gc"]

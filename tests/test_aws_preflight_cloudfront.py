@@ -30,7 +30,7 @@ from function_tools.aws import preflight as pf
 from function_tools.aws.checks import Check, Clients, Phase, Status
 from function_tools.aws.target import Target
 from function_tools.commands.aws import aws
-from function_tools.files import load_documents
+from function_tools.input_files import load_documents
 from tests import aws_helpers as h
 
 SHARED = "cloudfront-shared"
@@ -126,7 +126,7 @@ def platform_setup(clients: Clients) -> Platform:
 
 
 @dataclass
-class World:
+class InMemoryCrossplane:
     server: h.MotoServer
     clients: Clients
     target: Target
@@ -135,11 +135,11 @@ class World:
         return pf.run(self.target, self.clients, phase, **kw)
 
 
-def _world(server: h.MotoServer, example: str, mutate_xr: Any = None) -> World:
+def _world(server: h.MotoServer, example: str, mutate_xr: Any = None) -> InMemoryCrossplane:
     server.reset()
     clients = h.make_clients(server.endpoint)
     network = h.make_network(clients.ec2)
-    return World(server, clients, h.target_of(example, network.groups, mutate_xr=mutate_xr))
+    return InMemoryCrossplane(server, clients, h.target_of(example, network.groups, mutate_xr=mutate_xr))
 
 
 def checks(report: pf.Report) -> dict[str, Check]:
@@ -189,7 +189,7 @@ def test_a_shared_distribution_set_up_as_documented_passes(server: h.MotoServer)
     assert checks(w.run())["account/s3-block-public-access"].status is Status.PASS
 
 
-def _bucket_in_eu(w: World, p: Platform) -> None:
+def _bucket_in_eu(w: InMemoryCrossplane, p: Platform) -> None:
     s3 = w.clients.s3
     policy = s3.get_bucket_policy(Bucket=BUCKET)["Policy"]
     s3.delete_bucket_policy(Bucket=BUCKET)
@@ -198,41 +198,41 @@ def _bucket_in_eu(w: World, p: Platform) -> None:
     s3.put_bucket_policy(Bucket=BUCKET, Policy=policy)
 
 
-def _ownership(w: World, _: Platform) -> None:
+def _ownership(w: InMemoryCrossplane, _: Platform) -> None:
     w.clients.s3.put_bucket_ownership_controls(
         Bucket=BUCKET, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerPreferred"}]}
     )
 
 
-def _bpa(w: World, _: Platform) -> None:
+def _bpa(w: InMemoryCrossplane, _: Platform) -> None:
     w.clients.s3.put_public_access_block(
         Bucket=BUCKET,
         PublicAccessBlockConfiguration={**dict.fromkeys(cf.ALL_FOUR, True), "RestrictPublicBuckets": False},
     )
 
 
-def _no_policy(w: World, _: Platform) -> None:
+def _no_policy(w: InMemoryCrossplane, _: Platform) -> None:
     w.clients.s3.delete_bucket_policy(Bucket=BUCKET)
 
 
-def _policy_of_another_distribution(w: World, _: Platform) -> None:
+def _policy_of_another_distribution(w: InMemoryCrossplane, _: Platform) -> None:
     other = "arn:aws:cloudfront::123456789012:distribution/EOTHER0000000"
     w.clients.s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(shared_bucket_policy(BUCKET, other, PARTITIONS["aws"])))
 
 
-def _policy_without_source(w: World, p: Platform) -> None:
+def _policy_without_source(w: InMemoryCrossplane, p: Platform) -> None:
     policy = shared_bucket_policy(BUCKET, p.distribution.arn, PARTITIONS["aws"])
     del policy["Statement"][0]["Condition"]  # type: ignore[index]
     w.clients.s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(policy))
 
 
-def _policy_for_root_keys_only(w: World, p: Platform) -> None:
+def _policy_for_root_keys_only(w: InMemoryCrossplane, p: Platform) -> None:
     policy = shared_bucket_policy(BUCKET, p.distribution.arn, PARTITIONS["aws"])
     policy["Statement"][0]["Resource"] = [f"arn:aws:s3:::{BUCKET}/keys.json"]  # type: ignore[index]
     w.clients.s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(policy))
 
 
-def _update_origin(w: World, p: Platform, **origin: Any) -> None:
+def _update_origin(w: InMemoryCrossplane, p: Platform, **origin: Any) -> None:
     cfront = w.clients.cloudfront
     got = cfront.get_distribution_config(Id=p.distribution.id)
     config = got["DistributionConfig"]
@@ -240,15 +240,15 @@ def _update_origin(w: World, p: Platform, **origin: Any) -> None:
     cfront.update_distribution(Id=p.distribution.id, IfMatch=got["ETag"], DistributionConfig=config)
 
 
-def _website_origin(w: World, p: Platform) -> None:
+def _website_origin(w: InMemoryCrossplane, p: Platform) -> None:
     _update_origin(w, p, DomainName=f"{BUCKET}.s3-website-us-east-1.amazonaws.com")
 
 
-def _no_oac(w: World, p: Platform) -> None:
+def _no_oac(w: InMemoryCrossplane, p: Platform) -> None:
     _update_origin(w, p, OriginAccessControlId="")
 
 
-def _no_distribution(w: World, p: Platform) -> None:
+def _no_distribution(w: InMemoryCrossplane, p: Platform) -> None:
     cfront = w.clients.cloudfront
     got = cfront.get_distribution_config(Id=p.distribution.id)
     config = {**got["DistributionConfig"], "Aliases": {"Quantity": 1, "Items": ["other.example.com"]}}
@@ -369,7 +369,7 @@ def test_a_not_found_no_check_expects_ends_the_report_with_a_fail(server: h.Moto
     assert report.failed
 
 
-def _cli(w: World, tmp_path: Path, example: str, *args: str) -> Any:
+def _cli(w: InMemoryCrossplane, tmp_path: Path, example: str, *args: str) -> Any:
     return CliRunner().invoke(
         aws,
         [
@@ -461,7 +461,7 @@ def test_live_reports_an_unreachable_issuer() -> None:
 
 
 @dataclass
-class ManagedWorld(World):
+class ManagedWorld(InMemoryCrossplane):
     zone: str = ""
     certificate: str = ""
 

@@ -59,7 +59,7 @@ def server() -> Iterator[h.MotoServer]:
 
 
 @dataclass
-class World:
+class InMemoryCrossplane:
     user: Clients
     target: Target
     network: h.Network
@@ -74,7 +74,7 @@ def _setup(
     name_prefix: str = "",
     example: str = "selfhosted-full",
     mutate_xr: Any = None,
-) -> World:
+) -> InMemoryCrossplane:
     """Admin setup, then a user holding only ``policy``, then enforcement on.
 
     ``policy`` may be made from the admin's clients, once the rest of the setup exists.
@@ -104,7 +104,7 @@ def _setup(
         "aws_access_key_id": key["AccessKeyId"],
         "aws_secret_access_key": key["SecretAccessKey"],
     }
-    return World(
+    return InMemoryCrossplane(
         h.make_clients(server.endpoint, creds),
         target,
         network,

@@ -21,7 +21,7 @@ from function import fn
 from function.addons import vpc_cni
 from function_tools import issuer, template_values
 from function_tools.cli import cli
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import capa_template
 from tests.kube_schema import CRDRegistry, assert_valid, validate_with_schema
 
@@ -183,7 +183,7 @@ def test_the_function_takes_the_generated_cluster_to_a_ready_xr() -> None:
     objs = _objects(_values())
     xr = capa_template.one(objs, "ClusterPlugin")
     required = [*capa_template.settled(objs), capa_template.sa_secret(NAMESPACE, CLUSTER)]
-    world = World(copy.deepcopy(xr), required, ready_delay=1, runner=fn.run)
+    world = InMemoryCrossplane(copy.deepcopy(xr), required, ready_delay=1, runner=fn.run)
     for _ in range(40):
         rec = world.reconcile()
         assert rec.fatal is None, rec.fatal
@@ -205,7 +205,7 @@ def test_without_the_awsclusters_rules_the_function_says_they_are_missing() -> N
     del capa_template.one(objs, "AWSCluster")["spec"]["network"]["cni"]
     xr = capa_template.one(objs, "ClusterPlugin")
     required = [*capa_template.settled(objs), capa_template.sa_secret(NAMESPACE, CLUSTER)]
-    world = World(copy.deepcopy(xr), required, ready_delay=1, runner=fn.run)
+    world = InMemoryCrossplane(copy.deepcopy(xr), required, ready_delay=1, runner=fn.run)
     world.reconcile()
     conditions = {c["type"]: c for c in world.xr["status"]["conditions"]}
     assert conditions["SecurityGroupsReady"]["reason"] == "IngressRulesMissing", conditions

@@ -10,7 +10,7 @@ from crossplane.function import resource
 
 from function.addons import ccm
 from function.cluster import external_cloud_provider
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import SCENARIOS, by_name, example, find, staged_control_plane
 
 # EKS runs its own.
@@ -25,15 +25,15 @@ WAIT_FOR_CCM = (
 )
 
 
-def _release_values(world: World, name: str = ccm.RELEASE.node) -> dict[str, Any]:
+def _release_values(world: InMemoryCrossplane, name: str = ccm.RELEASE.node) -> dict[str, Any]:
     return world.composed[name].obj["spec"]["forProvider"]["values"]
 
 
-def _kcp(world: World) -> dict[str, Any]:
+def _kcp(world: InMemoryCrossplane) -> dict[str, Any]:
     return find(world.required, "KubeadmControlPlane")
 
 
-def _set_version(world: World, wanted: str, running: str | None = None) -> None:
+def _set_version(world: InMemoryCrossplane, wanted: str, running: str | None = None) -> None:
     kcp = _kcp(world)
     kcp["spec"]["version"] = wanted
     kcp.setdefault("status", {})["version"] = running or wanted
@@ -193,7 +193,7 @@ def test_the_ccm_has_no_iam_role() -> None:
     assert kinds == {"Release"}
 
 
-def _condition(world: World, typ: str = "CloudProviderReady") -> dict[str, Any]:
+def _condition(world: InMemoryCrossplane, typ: str = "CloudProviderReady") -> dict[str, Any]:
     return next(c for c in world.xr["status"]["conditions"] if c["type"] == typ)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import SCENARIOS, Scenario, by_name, staged_control_plane
 
 CLOUDFRONT_SCENARIOS = [s for s in SCENARIOS if s.example.startswith("cloudfront-")]
@@ -24,7 +24,7 @@ MANAGED = "cloudfront-managed"
 SHARED = "cloudfront-shared"
 
 
-def _timeline(world: World, steps: int) -> tuple[dict[str, int], dict[str, int], list[dict]]:
+def _timeline(world: InMemoryCrossplane, steps: int) -> tuple[dict[str, int], dict[str, int], list[dict]]:
     """(step each node was created, step it was first observed ready, irsa's status per step)."""
     created: dict[str, int] = {}
     ready: dict[str, int] = {}
@@ -43,11 +43,11 @@ def _timeline(world: World, steps: int) -> tuple[dict[str, int], dict[str, int],
     return created, ready, irsa
 
 
-def _for_provider(world: World, node: str) -> dict[str, Any]:
+def _for_provider(world: InMemoryCrossplane, node: str) -> dict[str, Any]:
     return world.composed[node].obj["spec"]["forProvider"]
 
 
-def _at_provider(world: World, node: str) -> dict[str, Any]:
+def _at_provider(world: InMemoryCrossplane, node: str) -> dict[str, Any]:
     """What the provider reports of ``node`` (status.atProvider), as Crossplane observes it."""
     return world._observed_object(world.composed[node])["status"]["atProvider"]
 
@@ -349,7 +349,7 @@ def test_usages_order_the_deletion(name: str) -> None:
 # --- changing the hosting of an issuer in use --------------------------------------------------
 
 
-def _ready_selfhosted() -> World:
+def _ready_selfhosted() -> InMemoryCrossplane:
     world = by_name("selfhosted-full").world(staged=False)
     world.run(20)
     assert world.xr_ready and world.xr["status"]["oidcProviderARN"]

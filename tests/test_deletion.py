@@ -10,7 +10,7 @@ from crossplane.function import resource
 from function import fn
 from function.plan import USAGE_ENDS
 from function_tools import simulate
-from function_tools.world import Reconcile, World, orphaned
+from function_tools.in_memory_crossplane import InMemoryCrossplane, Reconcile, orphaned
 from tests import kube_schema
 from tests.scenarios import SCENARIOS, Scenario, by_name, example
 
@@ -41,7 +41,7 @@ AWS_KINDS = {
 WITHDRAWAL_RECONCILES = 24
 
 
-def _withdraw(world: World) -> list[Reconcile]:
+def _withdraw(world: InMemoryCrossplane) -> list[Reconcile]:
     """Reconcile until nothing composed is left; the reconciles that withdrew it."""
     recs = []
     for _ in range(WITHDRAWAL_RECONCILES):
@@ -52,7 +52,7 @@ def _withdraw(world: World) -> list[Reconcile]:
     return recs
 
 
-def _assert_usage_order(world: World, recs: list[Reconcile]) -> None:
+def _assert_usage_order(world: InMemoryCrossplane, recs: list[Reconcile]) -> None:
     """Nothing deleted while a Usage of it was there; each Usage after its user, before what it used."""
     assert world.deleted_in_use == []
     deleted_at = {n: r.step for r in recs for n in r.deleted}
@@ -61,22 +61,22 @@ def _assert_usage_order(world: World, recs: list[Reconcile]) -> None:
             assert deleted_at[by] < deleted_at[usage] < deleted_at[of], (usage, deleted_at)
 
 
-def _ready_world(scenario: Scenario) -> World:
+def _ready_world(scenario: Scenario) -> InMemoryCrossplane:
     world = scenario.world(staged=False)
     world.run(20)
     assert world.xr_ready, scenario.name
     return world
 
 
-def _releases(world: World) -> list[Any]:
+def _releases(world: InMemoryCrossplane) -> list[Any]:
     return [c for c in world.composed.values() if c.obj["kind"] == "Release"]
 
 
-def _record(world: World) -> dict[str, str] | None:
+def _record(world: InMemoryCrossplane) -> dict[str, str] | None:
     return world.xr["status"].get("clusterDeletion")
 
 
-def _condition(world: World, typ: str) -> dict[str, Any]:
+def _condition(world: InMemoryCrossplane, typ: str) -> dict[str, Any]:
     return next(c for c in world.xr["status"]["conditions"] if c["type"] == typ)
 
 
@@ -277,7 +277,7 @@ def test_a_new_cluster_of_the_same_name_starts_from_scratch(scenario: Scenario) 
     assert world.uninstalls == [] and world.hung == []
 
 
-def _cluster_uid(world: World) -> str:
+def _cluster_uid(world: InMemoryCrossplane) -> str:
     for o in world.required:
         if o["kind"] == "Cluster":
             return o["metadata"]["uid"]
@@ -327,7 +327,7 @@ def test_a_new_cluster_that_appears_during_the_withdrawal_waits_for_its_end(afte
     assert started.created and _record(world) is None
     world.run(20)
     assert world.xr_ready and world.uninstalls == [] and world.hung == []
-    # Everything composed anew (the World names a resource after its XR and name alike, so
+    # Everything composed anew (the InMemoryCrossplane names a resource after its XR and name alike, so
     # the names come back; what matters is that nothing old was kept).
     assert set(world.composed) == set(old)
     assert all(c.created_at >= started.step for c in world.composed.values())

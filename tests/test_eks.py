@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import EKS_ISSUER, EKS_PROVIDER, by_name, find, staged_control_plane
 
 
-def _control_plane(world: World) -> dict[str, Any]:
+def _control_plane(world: InMemoryCrossplane) -> dict[str, Any]:
     return find(world.required, "AWSManagedControlPlane")
 
 
-def _plugin(world: World, name: str) -> dict[str, Any]:
+def _plugin(world: InMemoryCrossplane, name: str) -> dict[str, Any]:
     return next(p for p in world.xr["status"]["plugins"] if p["name"] == name)
 
 
@@ -55,7 +55,7 @@ RELEASE_OF = {"vpc-cni-role": "cni-release", "ebs-role": "ebs-release", "lbc-rol
 AGENT = "pod-identity-agent-release"
 
 
-def _first_seen(world: World, steps: int = 30) -> dict[str, int]:
+def _first_seen(world: InMemoryCrossplane, steps: int = 30) -> dict[str, int]:
     first: dict[str, int] = {}
     for rec in world.run(steps, before=staged_control_plane()):
         assert rec.fatal is None, rec.fatal

@@ -35,7 +35,7 @@ from function_tools.aws.checks import Clients
 from function_tools.aws.role_checks import addon_roles
 from function_tools.aws.target import Target, build_target
 from function_tools.commands.aws import aws
-from function_tools.files import load_documents
+from function_tools.input_files import load_documents
 from tests import aws_helpers as h
 from tests import capa
 from tests.test_aws_preflight_cloudfront import certificate, platform_setup

@@ -26,7 +26,7 @@ from function.names import PARTITIONS, Names
 from function.policies import external_dns_policy
 from function_tools.aws import preflight as pf
 from function_tools.commands.aws import aws
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import aws_helpers as h
 from tests.kube_schema import validate_values
 from tests.scenarios import EXAMPLES, Scenario, by_name, example, find, staged_control_plane
@@ -51,7 +51,7 @@ USAGES = {
 }
 
 
-def converged(scenario: Scenario | str, steps: int = 20) -> World:
+def converged(scenario: Scenario | str, steps: int = 20) -> InMemoryCrossplane:
     s = by_name(scenario) if isinstance(scenario, str) else scenario
     world = s.world(staged=False)
     for rec in world.run(steps):
@@ -61,11 +61,11 @@ def converged(scenario: Scenario | str, steps: int = 20) -> World:
     return world
 
 
-def for_provider(world: World, node: str) -> dict[str, Any]:
+def for_provider(world: InMemoryCrossplane, node: str) -> dict[str, Any]:
     return world.composed[node].obj["spec"]["forProvider"]
 
 
-def values_of(world: World) -> dict[str, Any]:
+def values_of(world: InMemoryCrossplane) -> dict[str, Any]:
     return for_provider(world, "external-dns-release")["values"]
 
 

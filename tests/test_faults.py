@@ -37,7 +37,7 @@ from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario
 
@@ -183,7 +183,7 @@ def play(
     scenario: Scenario | None = None,
     flap_rate: float | None = None,
     inner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
-    prepare: Callable[[World], None] | None = None,
+    prepare: Callable[[InMemoryCrossplane], None] | None = None,
     delete: bool = False,
 ) -> Outcome:
     """Play one random fault schedule; assert on every reconcile; return what it did.
@@ -414,7 +414,7 @@ def test_every_node_flaps(scenario: Scenario) -> None:
 def test_removing_every_plugin_in_turn_deletes_exactly_its_nodes() -> None:
     """A deterministic walk: each plugin of the full example removed, re-added, converged."""
     scenario = next(s for s in SCENARIOS if s.name == "selfhosted-full")
-    world: World = scenario.world(staged=False)
+    world: InMemoryCrossplane = scenario.world(staged=False)
     world.run(15)
     assert world.xr_ready
     original = copy.deepcopy(world.xr["spec"])

@@ -293,14 +293,14 @@ def _stage_request(
     observed_ready: list[str], *, initialized: bool, available: bool
 ) -> dict[str, Any]:
     """The selfhosted example with the given nodes observed Ready."""
-    from function_tools.world import World, set_control_plane
+    from function_tools.in_memory_crossplane import InMemoryCrossplane, set_control_plane
 
     xr, required = example("selfhosted-full")
     required = copy.deepcopy(required)
     set_control_plane(
         find(required, "KubeadmControlPlane"), initialized=initialized, available=available
     )
-    world = World(xr, required)
+    world = InMemoryCrossplane(xr, required)
     world.run(12)  # a finished world to borrow observed objects from
     req = request(
         xr,
@@ -416,9 +416,9 @@ def test_stage_addons_wait_for_the_webhook() -> None:
 def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> None:
     """The control plane and the AWSCluster vanish: nothing observed may drop out of desired."""
     xr, required = example("selfhosted-full")
-    from function_tools.world import World
+    from function_tools.in_memory_crossplane import InMemoryCrossplane
 
-    world = World(xr, required)
+    world = InMemoryCrossplane(xr, required)
     world.run(12)
     assert world.xr_ready
     req = request(xr, observed={n: world._observed_object(c) for n, c in world.composed.items()})
@@ -435,10 +435,10 @@ def test_observed_resource_is_kept_when_its_gate_fails_and_facts_are_gone() -> N
 
 
 def test_results_only_on_transitions() -> None:
-    from function_tools.world import World
+    from function_tools.in_memory_crossplane import InMemoryCrossplane
 
     xr, required = example("selfhosted-full")
-    world = World(xr, required)
+    world = InMemoryCrossplane(xr, required)
     counts = []
     for rec in world.run(14):
         assert rec.response is not None

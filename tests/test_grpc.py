@@ -16,7 +16,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
 from function import fn
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import example
 
 
@@ -55,7 +55,7 @@ def server():
 
 def test_serve_matches_in_process(server: grpc.Channel) -> None:
     xr, required = example("selfhosted-full")
-    world = World(xr, required)
+    world = InMemoryCrossplane(xr, required)
     world.run(6)
     req = world.request()
     world._fill(req, fn.run(req))

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from parliament import analyze_policy_string
 
 from function.names import Names
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario, by_name, find
 
@@ -136,10 +136,10 @@ def _partition(region: str) -> str:
     return next((p for prefix, p in PARTITION_OF.items() if region.startswith(prefix)), "aws")
 
 
-class PartitionedWorld(World):
+class PartitionedWorld(InMemoryCrossplane):
     """The in-memory world, reporting ARNs in the partition of the XR's region.
 
-    function_tools/world.py derives an ARN's partition from ``forProvider.region``, which IAM
+    function_tools/in_memory_crossplane.py derives an ARN's partition from ``forProvider.region``, which IAM
     resources do not have, so it reports ``arn:aws:`` roles and (GovCloud) OIDC providers
     in every region. AWS would not: fix the observed ARNs so the checks see real ones.
     """
@@ -155,7 +155,7 @@ class PartitionedWorld(World):
 
 
 @cache
-def converged(name: str) -> World:
+def converged(name: str) -> InMemoryCrossplane:
     base = ALL[name].world(staged=False)
     world = PartitionedWorld(
         base.xr, base.required, step_input=base.step_input, crossplane_v1=base.crossplane_v1
@@ -168,7 +168,7 @@ def converged(name: str) -> World:
     return world
 
 
-def policies(world: World, scenario: str) -> list[Doc]:
+def policies(world: InMemoryCrossplane, scenario: str) -> list[Doc]:
     status = world.xr["status"]
     out = []
     for node, c in sorted(world.composed.items()):
@@ -529,7 +529,7 @@ def test_a_bucket_name_cannot_point_at_another_namespaces_issuer() -> None:
     """
     victim = Names("", "team-a", "demo").bucket
     xr = gen.make_xr("namespaced", "mallory", {"clusterName": "evil", "storage": {"ebs": {}}, "irsa": {"mode": "SelfHosted", "bucketName": victim}})
-    world = World(xr, gen.cluster_objects("kubeadm", "evil", "mallory"))
+    world = InMemoryCrossplane(xr, gen.cluster_objects("kubeadm", "evil", "mallory"))
     world.run(10)
     written = {
         c.obj["spec"]["forProvider"].get("bucket") or c.obj["metadata"].get("annotations", {}).get(gen.EXTERNAL_NAME)

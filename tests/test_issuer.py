@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function_tools import files, issuer, render
+from function_tools import input_files, issuer, render
 from function_tools.cli import cli
 from tests.scenarios import own_input
 
@@ -27,8 +27,8 @@ def rendered_issuer(
 ) -> str:
     ex = EXAMPLES / name
     out = render.render(
-        files.load_one(xr or ex / "xr.yaml", "XR"),
-        required=files.load_documents([ex / "required"]),
+        input_files.load_one(xr or ex / "xr.yaml", "XR"),
+        required=input_files.load_documents([ex / "required"]),
         step_input=own_input(name) if step_input is None else step_input,
     )
     assert out.fatal is None

@@ -7,11 +7,11 @@ import random
 import pytest
 
 from function.plan import USAGE_ENDS
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, by_name, staged_control_plane
 
 
-def appearances(world: World, steps: int, before=None) -> dict[str, int]:
+def appearances(world: InMemoryCrossplane, steps: int, before=None) -> dict[str, int]:
     first: dict[str, int] = {}
     for rec in world.run(steps, before=before):
         assert rec.fatal is None, rec.fatal
@@ -20,7 +20,7 @@ def appearances(world: World, steps: int, before=None) -> dict[str, int]:
     return first
 
 
-def ready_at(world: World, steps: int, before=None) -> tuple[dict[str, int], dict[str, int]]:
+def ready_at(world: InMemoryCrossplane, steps: int, before=None) -> tuple[dict[str, int], dict[str, int]]:
     """(first step each node was desired, first step each node was observed ready)."""
     first: dict[str, int] = {}
     ready: dict[str, int] = {}
@@ -38,7 +38,7 @@ def test_selfhosted_order_follows_the_design() -> None:
     world = by_name("selfhosted-full").world()
     cp_events: dict[str, int] = {}
 
-    def before(w: World) -> None:
+    def before(w: InMemoryCrossplane) -> None:
         staged_control_plane(initialized_at=4, available_at=12)(w)
         if w.step + 1 == 4:
             cp_events["initialized"] = 4
@@ -145,7 +145,7 @@ def test_flaps_and_outages_never_delete(seed: int) -> None:
     outage = rng.randrange(10, 25)
     hidden_at = rng.randrange(5, 28)
 
-    def before(w: World) -> None:
+    def before(w: InMemoryCrossplane) -> None:
         staged_control_plane(3, 8)(w)
         step = w.step + 1
         w.held_down.clear()

@@ -66,8 +66,8 @@ def test_grpc_is_handed_bytes_never_a_decoded_message(wl: workload.Workload) -> 
 # Modules only the other commands need (render, simulate, issuer, aws, the generators),
 # and what they bring: none of them is in the server's RSS.
 TOOLS_ONLY = (
-    "function_tools.apigen", "function_tools.aws.preflight", "function_tools.files", "function_tools.issuer",
-    "function_tools.packaging", "function_tools.render", "function_tools.simulate", "function_tools.world",
+    "function_tools.apigen", "function_tools.aws.preflight", "function_tools.input_files", "function_tools.issuer",
+    "function_tools.packaging", "function_tools.render", "function_tools.simulate", "function_tools.in_memory_crossplane",
     "boto3", "difflib", "yaml",
 )  # fmt: skip
 

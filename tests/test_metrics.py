@@ -1,6 +1,6 @@
 """`serve --metrics-address`: scraped over HTTP while a lifecycle runs through the real server.
 
-The World (function_tools/world.py) plays whole ClusterPlugin lifecycles with every call going
+The InMemoryCrossplane (function_tools/in_memory_crossplane.py) plays whole ClusterPlugin lifecycles with every call going
 over gRPC to `function-cluster-plugin serve`; the test counts what it sent and what came
 back, scrapes `/metrics` mid-run and at the end, and checks the numbers: calls by result,
 request and response bytes, FATALs by field, plugins by phase and reason against the
@@ -25,7 +25,7 @@ from function import fn
 from function.__version__ import __version__
 from function.metrics import OTHER, Bounded, Metrics, PluginStates, field_label, xr_key
 from function.plan import PluginStatus
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import example, own_input
 from tests.test_serve import TLS, Server, serve
@@ -56,7 +56,7 @@ def plugin_gauge(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -
 
 
 class Recorder:
-    """A World runner through the served function, counting what was sent and returned."""
+    """A InMemoryCrossplane runner through the served function, counting what was sent and returned."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.stub = grpcv1.FunctionRunnerServiceStub(channel)
@@ -124,7 +124,7 @@ def test_scrape_while_a_lifecycle_runs(mtls: bool, tls: TLS) -> None:
         assert value(before, f"{P}_xrs") == 0
 
         xr, required = example("selfhosted-full")
-        world = World(xr, required, runner=rec)
+        world = InMemoryCrossplane(xr, required, runner=rec)
         world.run(3)  # mid-lifecycle: waiting on the control plane
         mid = check(srv, rec)
         phases = {phase for _, phase, _ in plugin_gauge(mid)}
@@ -133,11 +133,11 @@ def test_scrape_while_a_lifecycle_runs(mtls: bool, tls: TLS) -> None:
 
         # A second XR, refused: its FATAL counts by field; then fixed, it joins the gauge.
         xr2, required2 = example("calico-legacy-claim")
-        other = World(invalid(xr2), required2, runner=rec)
+        other = InMemoryCrossplane(invalid(xr2), required2, runner=rec)
         other.run(2)
         check(srv, rec)
         assert rec.fields, "the invalid XR was not refused"
-        fixed = World(xr2, required2, step_input=own_input("calico-legacy-claim"), runner=rec)
+        fixed = InMemoryCrossplane(xr2, required2, step_input=own_input("calico-legacy-claim"), runner=rec)
         fixed.run(4)
         assert len(check(srv, rec)) and len(rec.last) == 2
 
@@ -162,7 +162,7 @@ def test_blocked_plugins_show_with_their_reason() -> None:
     broken["data"] = {"tls.crt": gen.b64("not a certificate")}
     with serve(metrics=True, health=False) as srv, srv.channel() as ch:
         rec = Recorder(ch)
-        World(xr, [*required, broken], runner=rec).run(4)
+        InMemoryCrossplane(xr, [*required, broken], runner=rec).run(4)
         scrape = check(srv, rec)
     blocked = {(p, r) for p, phase, r in plugin_gauge(scrape) if phase == "Blocked"}
     assert blocked, plugin_gauge(scrape)
@@ -248,7 +248,7 @@ def test_a_replica_forgets_xrs_it_has_not_seen_for_the_window() -> None:
     now = [0.0]
     m = Metrics(xr_ttl=600, clock=lambda: now[0])
     xr, required = example("selfhosted-full")
-    world = World(xr, required)
+    world = InMemoryCrossplane(xr, required)
     world.run(2)
     req = world.request()
     m.observe(req, fn.answer(req), 0.002)

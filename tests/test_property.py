@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from function.names import Names
-from function_tools.world import Composed, World
+from function_tools.in_memory_crossplane import Composed, InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import SCENARIOS, Scenario, staged_control_plane
 
@@ -62,8 +62,8 @@ class Case:
             xr["spec"].pop("clusterNamespace", None)
         return xr
 
-    def world(self, runner: Callable[..., Any] | None = None) -> World:
-        return World(
+    def world(self, runner: Callable[..., Any] | None = None) -> InMemoryCrossplane:
+        return InMemoryCrossplane(
             self.xr,
             self.required,
             step_input=self.step_input,
@@ -156,7 +156,7 @@ def _eks_credentials(
             }
 
 
-def _play(case: Case, steps: int = 14) -> tuple[World, list[str]]:
+def _play(case: Case, steps: int = 14) -> tuple[InMemoryCrossplane, list[str]]:
     """Play the case from a cold control plane; every response checked as it comes."""
     hosting = case.spec.get("irsa", {}).get("hosting", {})
     if hosting.get("cloudFront", {}).get("distribution") == "Managed":
@@ -175,7 +175,7 @@ def _play(case: Case, steps: int = 14) -> tuple[World, list[str]]:
     return world, errors
 
 
-def _final_request(world: World) -> fnv1.RunFunctionRequest:
+def _final_request(world: InMemoryCrossplane) -> fnv1.RunFunctionRequest:
     req = world.request()
     world._fill(req, gen.run_bounded(req))
     return req
@@ -577,7 +577,7 @@ def test_observed_resources_of_wanted_plugins_are_never_dropped(observed) -> Non
         seen.append(fnv1.RunFunctionRequest.FromString(req.SerializeToString()))
         return gen.run_bounded(req)
 
-    world = World(
+    world = InMemoryCrossplane(
         conv.xr, conv.required, step_input=conv.scenario.step_input,
         crossplane_v1=conv.scenario.crossplane_v1, runner=runner,
     )

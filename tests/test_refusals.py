@@ -34,9 +34,9 @@ from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import fn
-from function_tools import files, render
+from function_tools import input_files, render
 from function_tools.cli import cli
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -66,14 +66,14 @@ class Case:
     only: tuple[str, ...] = ()  # the commands the case applies to (default: all)
 
     def required(self) -> list[dict[str, Any]]:
-        objs = files.load_documents([EXAMPLES / self.example / "required"])
+        objs = input_files.load_documents([EXAMPLES / self.example / "required"])
         if self.change_required is not None:
             objs = copy.deepcopy(objs)
             self.change_required(objs)
         return objs
 
     def xr(self) -> dict[str, Any]:
-        xr = files.load_one(EXAMPLES / self.example / "xr.yaml", "XR")
+        xr = input_files.load_one(EXAMPLES / self.example / "xr.yaml", "XR")
         xr["spec"].update(copy.deepcopy(self.spec))
         if self.change is not None:
             self.change(xr)
@@ -133,7 +133,7 @@ def _required_as(api_version: str) -> Callable[[Path, list[str]], list[str]]:
     """The example's cluster objects with its Cluster in ``api_version``."""
 
     def args(tmp: Path, argv: list[str]) -> list[str]:
-        objs = files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
+        objs = input_files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
         for obj in objs:
             if obj["kind"] == "Cluster":
                 obj["apiVersion"] = api_version
@@ -785,7 +785,7 @@ CASES += [
             "kind: not a ClusterPlugin: Input should be 'ClusterPlugin' or 'XClusterPlugin', got none",
         ),
     ),
-    # --- files the commands cannot read as Kubernetes objects (function_tools/files.py) ---
+    # --- files the commands cannot read as Kubernetes objects (function_tools/input_files.py) ---
     *(
         Case(
             f"not-utf8-{slug}",
@@ -910,7 +910,7 @@ def _grpc(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
 @pytest.mark.parametrize("case", FUNCTION_CASES, ids=[c.id for c in FUNCTION_CASES])
 def test_the_grpc_service_gives_the_same_one_fatal(case: Case) -> None:
     """Through the service ``serve`` registers: exactly one result, FATAL, the same words."""
-    world = World(
+    world = InMemoryCrossplane(
         case.xr(), case.required(), step_input=case.step_input, capabilities=True, runner=_grpc
     )
     rsp, _ = world.call()

@@ -118,7 +118,7 @@ def test_the_xr_is_ready_while_provider_helm_has_not_polled_the_upgraded_cni() -
 
 
 def test_without_the_rule_the_xr_waits_for_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The World models the poll: read as Ready=True only, the same play never gets Ready."""
+    """The InMemoryCrossplane models the poll: read as Ready=True only, the same play never gets Ready."""
     monkeypatch.setattr(graph, "upgraded_release", lambda _obj: False)
     world = _play()
     assert world.composed["cni-release"].upgraded_at is not None

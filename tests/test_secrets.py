@@ -32,7 +32,7 @@ from google.protobuf import json_format
 
 from function import cluster, fn, plan
 from function.addons.oidc_issuer import jwks_document
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import by_name, staged_control_plane
 
@@ -176,7 +176,7 @@ SECRET_SCENARIOS = [
 ]
 
 
-def _world_with_secrets(name: str, runner: Callable[..., Any], *, staged: bool = True) -> tuple[World, list[dict[str, Any]]]:
+def _world_with_secrets(name: str, runner: Callable[..., Any], *, staged: bool = True) -> tuple[InMemoryCrossplane, list[dict[str, Any]]]:
     world = by_name(name).world(runner=runner, staged=staged)
     cp = world.control_plane()
     assert cp is not None
@@ -346,7 +346,7 @@ def _rsa_public_pem() -> str:
     ).decode()
 
 
-def _intruders(world: World, namespace: str) -> list[dict[str, Any]]:
+def _intruders(world: InMemoryCrossplane, namespace: str) -> list[dict[str, Any]]:
     """Copies of the cluster's objects in another namespace, each different where it matters."""
     out = []
     for obj in world.required:
@@ -427,7 +427,7 @@ def test_required_resources_are_asked_for_in_the_xrs_namespace_only(scenario: An
 @pytest.mark.parametrize("xr_kind", ["namespaced", "legacy-claim"])
 def test_an_xr_cannot_name_a_cluster_in_another_namespace(xr_kind: str) -> None:
     xr = gen.make_xr(xr_kind, "team-a", {"clusterName": "demo", "clusterNamespace": "team-b", "storage": {"ebs": {}}})
-    world = World(xr, gen.cluster_objects("kubeadm", "demo", "team-b"))
+    world = InMemoryCrossplane(xr, gen.cluster_objects("kubeadm", "demo", "team-b"))
     rec = world.reconcile()
     assert rec.fatal is not None and rec.fatal.startswith("spec.clusterNamespace: "), rec.fatal
     assert world.composed == {}

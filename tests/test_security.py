@@ -12,7 +12,7 @@ from crossplane.function import logging
 from google.protobuf import json_format
 
 from function import fn
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import SCENARIOS, by_name, staged_control_plane
 
 EXPECTED_SUBJECTS = {
@@ -29,7 +29,7 @@ RELEASE_OF_ROLE = {
 }
 
 
-def _final(name: str) -> World:
+def _final(name: str) -> InMemoryCrossplane:
     world = by_name(name).world(staged=False)
     world.run(15)
     assert world.xr_ready
@@ -118,7 +118,7 @@ def test_jwks_is_the_public_half_of_the_sa_secret() -> None:
     assert discovery["jwks_uri"] == world.xr["status"]["issuerURL"] + "/keys.json"
 
 
-def _secret_fragments(world: World) -> list[str]:
+def _secret_fragments(world: InMemoryCrossplane) -> list[str]:
     """Every way the private key (and nothing public) could show up in output."""
     out = []
     for obj in world.required:

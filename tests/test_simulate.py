@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from function_tools import files, simulate
+from function_tools import input_files, simulate
 from function_tools.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,7 +242,7 @@ def test_live_view_renders_the_timeline(capsys: pytest.CaptureFixture[str]) -> N
 
     ex = EXAMPLES / "external-eks"
     sim = simulate.Simulator(
-        files.load_one(ex / "xr.yaml", "XR"), files.load_documents([ex / "required"])
+        input_files.load_one(ex / "xr.yaml", "XR"), input_files.load_documents([ex / "required"])
     )
     result = simulate.run_live(sim, delay=0)
     out = capsys.readouterr().out
@@ -275,7 +275,7 @@ def _without_the_vpc_cni_rules(tmp_path: Path) -> Path:
 
     Its status drops the all-traffic rules CAPA would no longer make.
     """
-    docs = files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
+    docs = input_files.load_documents([EXAMPLES / "selfhosted-full" / "required"])
     out = tmp_path / "required"
     out.mkdir()
     for i, d in enumerate(docs):

@@ -127,7 +127,7 @@ def test_every_composed_aws_resource_is_ready_and_synced_through_the_provider(de
 
 
 def test_the_xr_converges_like_the_world(demo: Composite) -> None:
-    """The function, fed what the real provider reports, composes what our World does."""
+    """The function, fed what the real provider reports, composes what our InMemoryCrossplane does."""
     assert_converged_like_the_world(demo)
 
 

@@ -9,7 +9,7 @@ from crossplane.function import resource
 
 from e2e.controlplane import model
 from e2e.controlplane.composite import Composite, condition_status, conditions
-from function_tools.world import World
+from function_tools.in_memory_crossplane import InMemoryCrossplane
 
 STATUS_FIELDS = ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion")
 CROSSPLANE_CONDITIONS = {"Ready", "Synced", "Responsive"}
@@ -21,8 +21,8 @@ def world_for(
     xr: dict[str, Any] | None = None,
     required: list[dict[str, Any]] | None = None,
     observed: dict[str, dict[str, Any]] | None = None,
-) -> World:
-    """Our World on the composite's real inputs (or the ones given)."""
+) -> InMemoryCrossplane:
+    """Our InMemoryCrossplane on the composite's real inputs (or the ones given)."""
     if xr is None:
         xr = composite.xr()
         assert xr is not None, "the XR is not there"
@@ -60,7 +60,7 @@ def _renamed(value: Any, names: dict[str, str]) -> Any:
 
 def assert_converged_like_the_world(composite: Composite) -> None:
     """The XR is Ready and Synced; the composed set, every composed body the function asked
-    for, the XR status and the function's conditions equal what our World reaches from the
+    for, the XR status and the function's conditions equal what our InMemoryCrossplane reaches from the
     same XR spec and cluster objects (the XR as Crossplane settles it: Composite.settled_xr)."""
     xr = composite.settled_xr()
     assert condition_status(xr, "Ready") == "True", conditions(xr)
@@ -72,12 +72,12 @@ def assert_converged_like_the_world(composite: Composite) -> None:
     world = model.converge(world_for(composite, xr=fresh))
     assert world.xr_ready, world.xr.get("status")
     assert set(world.composed) == set(real), {
-        "only in the World": sorted(set(world.composed) - set(real)),
+        "only in the InMemoryCrossplane": sorted(set(world.composed) - set(real)),
         "only in Crossplane": sorted(set(real) - set(world.composed)),
     }
     # Crossplane names what the function leaves unnamed (ChildName: <xr>-<sha256(xr uid +
-    # resource name)[:12]>); the World names it <xr>-<5 hex>. Usages name their ends by
-    # the observed names, so the World's are mapped to Crossplane's before comparing.
+    # resource name)[:12]>); the InMemoryCrossplane names it <xr>-<5 hex>. Usages name their ends by
+    # the observed names, so the InMemoryCrossplane's are mapped to Crossplane's before comparing.
     renamed = {
         c.obj["metadata"]["name"]: real[name]["metadata"]["name"] for name, c in world.composed.items()
     }

@@ -4,10 +4,10 @@
 flavour) and does to each composed object what its provider would, through the status
 subresource: it takes the object under its finalizer, reports it Ready and Synced with its
 ``status.atProvider`` (the ARN of roles, policies, the OIDC provider and the bucket, as
-the in-memory World reports them; a Release's state and revision). On deletion it lets
+the in-memory InMemoryCrossplane reports them; a Release's state and revision). On deletion it lets
 the object go, except for a Release deleted with a helm uninstall while the workload
 cluster is gone: provider-helm cannot reach that cluster, so the Release hangs in its
-finalizer, as in the World. A kind a real provider runs for (``real_kinds``: provider-helm's
+finalizer, as in the InMemoryCrossplane. A kind a real provider runs for (``real_kinds``: provider-helm's
 Releases in ``test_helm_kwok``) is only watched. Every event is recorded with its resourceVersion (etcd's
 revision, one sequence for the whole store) so the tests can order creations against
 readiness across kinds.
@@ -37,7 +37,12 @@ from lightkube import ApiError
 
 from e2e.controlplane.kube import Kube
 from function.flavour import KINDS
-from function_tools.world import COMPOSITION_RESOURCE_NAME, _arn, orphaned, set_control_plane
+from function_tools.in_memory_crossplane import (
+    COMPOSITION_RESOURCE_NAME,
+    _arn,
+    orphaned,
+    set_control_plane,
+)
 
 PROVIDER_FINALIZER = "finalizer.managedresource.crossplane.io"
 CAPI_CLUSTER_FINALIZER = "cluster.cluster.x-k8s.io"

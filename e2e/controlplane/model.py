@@ -1,4 +1,4 @@
-"""The project's own model (the in-memory ``World``) run on what the real control plane holds.
+"""The project's own model (the in-memory ``InMemoryCrossplane``) run on what the real control plane holds.
 
 The tests compare the real system with it on identical inputs: the XR as the API server
 stores it (schema defaults applied), the Cluster API objects and Secrets as the driver
@@ -18,7 +18,7 @@ import copy
 from typing import Any
 
 from function import fn
-from function_tools.world import Composed, World
+from function_tools.in_memory_crossplane import Composed, InMemoryCrossplane
 
 CONTROL_PLANE_INITIALIZED = "control plane initialized"
 CONTROL_PLANE_AVAILABLE = "control plane available"
@@ -44,10 +44,10 @@ def world(
     required: list[dict[str, Any]],
     composition: dict[str, Any],
     observed: dict[str, dict[str, Any]] | None = None,
-) -> World:
-    """A World holding the real XR and required objects, and ``observed`` (resource name ->
+) -> InMemoryCrossplane:
+    """A InMemoryCrossplane holding the real XR and required objects, and ``observed`` (resource name ->
     real object) as composed resources observed Ready."""
-    w = World(
+    w = InMemoryCrossplane(
         clean(xr),
         [clean(o) for o in required],
         step_input=step_input(composition),
@@ -61,7 +61,7 @@ def world(
     return w
 
 
-def converge(w: World, steps: int = 40) -> World:
+def converge(w: InMemoryCrossplane, steps: int = 40) -> InMemoryCrossplane:
     """Reconcile until the XR is Ready and a reconcile changes nothing (or ``steps`` run out)."""
     for _ in range(steps):
         rec = w.reconcile()
@@ -71,7 +71,7 @@ def converge(w: World, steps: int = 40) -> World:
     return w
 
 
-def desired_names(w: World) -> set[str]:
+def desired_names(w: InMemoryCrossplane) -> set[str]:
     rsp, _ = w.call()
     return set(rsp.desired.resources)
 

@@ -20,7 +20,7 @@ the pushed function package (its revision named after the digest release.json co
 and installs it under the name the Composition calls; it parses the package's Input CRD
 and, as for every function package, does not install it; the XRD and Composition come
 from the Configuration package; an XR composed through that Function converges as our
-World does; the README names what Crossplane reports. What it does not prove: with
+InMemoryCrossplane does; the README names what Crossplane reports. What it does not prove: with
 ``--package-runtime=External`` no Deployment runs the image inside the function package.
 The function served is the checkout's (``function-cluster-plugin serve`` with mTLS),
 reached through the revision's ``status.endpoint``. The test shows that what the

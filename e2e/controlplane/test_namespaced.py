@@ -90,7 +90,7 @@ def test_removing_a_plugin_deletes_exactly_its_resources(demo: Composite) -> Non
     before = demo.composed()
     xr = demo.xr()
     assert xr is not None
-    # What our World deletes when EFS is removed, on the same state.
+    # What our InMemoryCrossplane deletes when EFS is removed, on the same state.
     world = world_for(demo, observed=before)
     del world.xr["spec"]["storage"]["efs"]
     world.run(6)

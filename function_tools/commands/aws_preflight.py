@@ -90,7 +90,7 @@ def preflight_cmd(
     from function.accept import RegionError  # noqa: PLC0415
     from function.spec_base import InvalidInputError  # noqa: PLC0415
     from function_tools.aws.target import build_target  # noqa: PLC0415
-    from function_tools.files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
+    from function_tools.input_files import InputFileError, load_one, load_required, step_input  # noqa: PLC0415
 
     try:
         xr_doc = load_one(xr_file, "composite resource")

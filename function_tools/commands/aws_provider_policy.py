@@ -40,7 +40,7 @@ def policy_document(
         default_role_prefix,
         provider_policy,
     )
-    from function_tools.files import InputFileError, step_input  # noqa: PLC0415
+    from function_tools.input_files import InputFileError, step_input  # noqa: PLC0415
 
     try:
         _, raw = step_input(input_file, composition)

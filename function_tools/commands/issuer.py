@@ -32,13 +32,13 @@ def issuer_cmd(
     prints the given issuer; for Disabled it exits 2.
     """
     from function.accept import accept_step_input  # noqa: PLC0415
-    from function_tools import files, issuer  # noqa: PLC0415
+    from function_tools import input_files, issuer  # noqa: PLC0415
 
     try:
-        xr = files.load_one(xr_file, "composite resource")
-        _, step_input = files.step_input(input_file, composition, xr)
-        objs = files.load_required(required, xr, step_input)
-    except files.InputFileError as err:
+        xr = input_files.load_one(xr_file, "composite resource")
+        _, step_input = input_files.step_input(input_file, composition, xr)
+        objs = input_files.load_required(required, xr, step_input)
+    except input_files.InputFileError as err:
         raise options.InputError(str(err)) from None
     try:
         result = issuer.compute(xr, step_input=step_input, required=objs, region=region)

@@ -45,20 +45,20 @@ def render_cmd(
     results as render.crossplane.io/v1beta1 Result objects. No Docker, no cluster.
     Exits 1 with the message on stderr when the function returns a FATAL result.
     """
-    from function_tools import files, render  # noqa: PLC0415
+    from function_tools import input_files, render  # noqa: PLC0415
 
     try:
-        xr = files.load_one(xr_file, "composite resource")
-        step, step_input = files.step_input(input_file, composition, xr)
+        xr = input_files.load_one(xr_file, "composite resource")
+        step, step_input = input_files.step_input(input_file, composition, xr)
         out = render.render(
             xr,
-            required=files.load_required(required, xr, step_input),
-            observed=files.load_documents(observed),
+            required=input_files.load_required(required, xr, step_input),
+            observed=input_files.load_documents(observed),
             step_input=step_input,
             step=step,
             crossplane_v1=crossplane_v1,
         )
-    except files.InputFileError as err:
+    except input_files.InputFileError as err:
         raise options.InputError(str(err)) from None
     if out.fatal is not None:
         click.echo(f"pipeline step {step!r} returned a fatal result: {out.fatal}", err=True)

@@ -122,16 +122,12 @@ def simulate_cmd(
     was still there, a Release was uninstalled, or anything was left once it was gone.
     """
     from function.spec_base import InvalidInputError  # noqa: PLC0415
-    from function_tools import (  # noqa: PLC0415
-        files,
-        resolve,
-        simulate,
-    )
+    from function_tools import input_files, resolve, simulate  # noqa: PLC0415
 
     try:
-        xr = files.load_one(xr_file, "composite resource")
-        _, step_input = files.step_input(input_file, composition, xr)
-        objs = files.load_required(required, xr, step_input)
+        xr = input_files.load_one(xr_file, "composite resource")
+        _, step_input = input_files.step_input(input_file, composition, xr)
+        objs = input_files.load_required(required, xr, step_input)
         settings = simulate.Settings(
             steps=steps,
             initialized_at=initialized_at,
@@ -144,7 +140,7 @@ def simulate_cmd(
             delete_cluster_at=delete_cluster_at,
             cluster_gone_after=cluster_gone_after,
         )
-    except (files.InputFileError, simulate.SimulateError) as err:
+    except (input_files.InputFileError, simulate.SimulateError) as err:
         raise options.InputError(str(err)) from None
     try:
         # What the function refuses at the first reconcile, said in one line before any is

@@ -54,7 +54,7 @@ def template_values_cmd(
     templates/cluster-template-clusterplugin.yaml (docs/capa-template.md), before any
     XR exists. Says which namePrefix the issuer was computed with.
     """
-    from function_tools import files, issuer  # noqa: PLC0415
+    from function_tools import input_files, issuer  # noqa: PLC0415
 
     from_env = ctx.get_parameter_source("region") is click.core.ParameterSource.ENVIRONMENT
     region_from = REGION_VARIABLE if from_env else "--region"
@@ -67,7 +67,7 @@ def template_values_cmd(
             composition=composition,
             region_from=region_from,
         )
-    except files.InputFileError as err:
+    except input_files.InputFileError as err:
         raise options.InputError(str(err)) from None
     except issuer.IssuerError as err:
         click.echo(f"Error: {err}", err=True)

@@ -71,7 +71,7 @@ class Reconcile:
     step: int
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    # Deleted while a composed Usage of it was observed (see World.deleted_in_use).
+    # Deleted while a composed Usage of it was observed (see InMemoryCrossplane.deleted_in_use).
     deleted_in_use: list[str] = field(default_factory=list)
     desired: list[str] = field(default_factory=list)
     fatal: str | None = None
@@ -210,7 +210,7 @@ def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool
     ]
 
 
-class World:
+class InMemoryCrossplane:
     """An XR, the objects around it, and Crossplane's reconcile loop."""
 
     def __init__(
@@ -444,7 +444,7 @@ class World:
                 if "annotations" in meta:
                     c.obj["metadata"].setdefault("annotations", {}).update(meta["annotations"])
                 # Server-side apply: a label the function no longer sets is removed (the
-                # World's objects carry no labels but the function's).
+                # InMemoryCrossplane's objects carry no labels but the function's).
                 c.obj["metadata"].pop("labels", None)
                 if "labels" in meta:
                     c.obj["metadata"]["labels"] = dict(meta["labels"])
@@ -554,7 +554,9 @@ class World:
                 and not (self.cluster_gone and c.obj.get("kind") == "Release")
             )
 
-    def run(self, steps: int, *, before: Callable[[World], None] | None = None) -> list[Reconcile]:
+    def run(
+        self, steps: int, *, before: Callable[[InMemoryCrossplane], None] | None = None
+    ) -> list[Reconcile]:
         """Reconcile ``steps`` times, calling ``before(world)`` ahead of each."""
         out = []
         for _ in range(steps):
