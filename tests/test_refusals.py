@@ -970,6 +970,37 @@ def test_provider_policy_judges_the_name_prefix_flag_as_the_input() -> None:
     assert _run("aws", "provider-policy", "--name-prefix", "acme-").exit_code == 0
 
 
+# --- aws preflight --workload-kubeconfig: a file that is not a usable kubeconfig ----------------
+
+_CONTEXT = "current-context: x\ncontexts: [{name: x, context: {cluster: y, user: z}}]\n"
+BAD_KUBECONFIGS = {
+    "not-yaml": ("clusters: [oops", "not YAML (line 1)"),
+    "not-a-kubeconfig": ("kind: Pod\n", "not a kubeconfig (kind: Config with clusters, users and contexts)"),
+    "no-current-context": ("kind: Config\nclusters: []\n", "no current-context (the context to read the workload cluster with)"),
+    "no-such-context": ("kind: Config\nclusters: []\ncurrent-context: w\n", "current-context w is not in contexts"),
+    "no-such-cluster": (f"kind: Config\nclusters: []\n{_CONTEXT}", "context x names cluster y, which is not in clusters"),
+    "missing-ca": (
+        f"kind: Config\n{_CONTEXT}clusters: [{{name: y, cluster: {{server: 'https://127.0.0.1:1', certificate-authority: ca.crt}}}}]\n",
+        "its certificate-authority ca.crt is not a file",
+    ),
+}
+
+
+@pytest.mark.parametrize(("content", "expected"), BAD_KUBECONFIGS.values(), ids=list(BAD_KUBECONFIGS))
+def test_aws_preflight_refuses_a_bad_workload_kubeconfig_in_one_line(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(content)
+    example = EXAMPLES / "eks-pod-identity"
+    r = _run(
+        "aws", "preflight", str(example / "xr.yaml"), "--required", str(example / "required"),
+        "--workload-kubeconfig", str(kubeconfig),
+    )
+    assert r.exit_code == 2, r.output
+    assert r.output == f"Error: --workload-kubeconfig {kubeconfig}: {expected}\n"
+
+
 # --- serve: an address it cannot listen on --------------------------------------------------
 
 

@@ -67,6 +67,8 @@ class Clients:
     # Global CloudFront, and ACM in us-east-1 (where CloudFront's certificates live).
     cloudfront: Any = None
     acm: Any = None
+    # EKS: the cluster's Pod Identity associations (spec.irsa.mode PodIdentity).
+    eks: Any = None
 
 
 def code(err: ClientError) -> str:

@@ -111,4 +111,5 @@ def make_clients(
         route53=client("route53"),
         cloudfront=global_client("cloudfront"),
         acm=global_client("acm"),
+        eks=client("eks"),
     )

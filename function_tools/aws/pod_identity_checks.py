@@ -1,16 +1,23 @@
-"""EKS Pod Identity (``spec.irsa.mode: PodIdentity``): the nodes' role may ask for credentials.
+"""EKS Pod Identity (``spec.irsa.mode: PodIdentity``): what stands between the add-ons and it.
 
-The eks-pod-identity-agent on each node calls ``eks-auth:AssumeRoleForPodIdentity`` with
-the node's role; without that permission every add-on's pod gets no credentials (and
-aws-node has been seen to crash-loop without a word). AWS's ``AmazonEKSWorkerNodePolicy``
-grants it (since 2023-11), and CAPA's default managed node group role has that policy.
+- The nodes' role may ask for credentials: the eks-pod-identity-agent on each node calls
+  ``eks-auth:AssumeRoleForPodIdentity`` with the node's role; without that permission every
+  add-on's pod gets no credentials (and aws-node has been seen to crash-loop without a word).
+  AWS's ``AmazonEKSWorkerNodePolicy`` grants it (since 2023-11), and CAPA's default managed
+  node group role has that policy.
+- The cluster's associations: EKS takes up to 5,000 per cluster (a documented limit that
+  Service Quotas does not carry), one per service account; the function adds one per add-on
+  with a role.
+- Leftovers: a ServiceAccount still annotated ``eks.amazonaws.com/role-arn`` keeps IRSA in
+  use, since the SDKs' credential chain tries web identity before the container provider.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -18,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from function.names import Partition
 from function.policies import managed_policy_arn
-from function_tools.aws.checks import Check, Status, absent
+from function_tools.aws.checks import Check, Status, absent, code, denied, plural
 
 ACTION = "eks-auth:AssumeRoleForPodIdentity"
 # The role clusterawsadm makes for CAPA's EKS managed node groups
@@ -100,3 +107,204 @@ def check_node_role(iam: Any, role: str, partition: Partition) -> Check:
 def source_phrase(source: str) -> str:
     """A policy's ARN or ``inline <name>``, as a sentence starts with it."""
     return source if source.startswith("inline ") else f"policy {source}"
+
+
+# "Up to 5,000 EKS Pod Identity associations per cluster" (EKS user guide, pod-identities,
+# Limits); the EKS service quotas page: adjusting it "is not supported in Service Quotas".
+ASSOCIATIONS_PER_CLUSTER = 5000
+ASSOCIATIONS_WARN_AT = 4500
+ROLE_ARN_ANNOTATION = "eks.amazonaws.com/role-arn"
+NO_CLUSTER = "ResourceNotFoundException"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """An add-on's service account the function associates with the add-on's role."""
+
+    addon: str
+    namespace: str
+    service_account: str
+    role_name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, service account), as EKS keys an association."""
+        return (self.namespace, self.service_account)
+
+    @property
+    def path(self) -> str:
+        """``namespace/name``, for messages."""
+        return f"{self.namespace}/{self.service_account}"
+
+
+def _could_not(name: str, operation: str, err: ClientError) -> Check:
+    """A WARN for a call that failed for another reason than a missing cluster."""
+    if denied(err):
+        msg = f"could not check: eks:{operation} was denied ({code(err)})"
+        return Check(name, Status.WARN, msg, f"allow eks:{operation} to the preflight identity")
+    said = str(err.response.get("Error", {}).get("Message", "")).strip()
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+    # An endpoint that does not serve the operation (an emulator) answers with an HTML page.
+    detail = f": {said.splitlines()[0]}" if said and not said.startswith("<") else ""
+    msg = f"could not check: eks:{operation} answered {code(err)} (HTTP {status}){detail}"
+    return Check(name, Status.WARN, msg, "run preflight against AWS's EKS API (not an emulator)")
+
+
+def cluster_exists(eks: Any, cluster: str) -> tuple[bool | None, ClientError | None]:
+    """Whether the EKS cluster exists (eks:DescribeCluster); None and the error when unknown."""
+    try:
+        eks.describe_cluster(name=cluster)
+    except ClientError as err:
+        if code(err) == NO_CLUSTER:
+            return False, None
+        return None, err
+    return True, None
+
+
+def check_associations(
+    eks: Any, cluster: str, wanted: Sequence[Wanted], *, strict: bool
+) -> tuple[Check, bool | None]:
+    """The cluster's associations against the per-cluster limit, with the function's to come.
+
+    An association for one of the add-ons' service accounts with another role stands in
+    the way (EKS takes one per service account). Returns the check and whether the EKS
+    cluster exists (None when that could not be found out).
+    """
+    name = f"pod-identity/associations/{cluster}"
+    exists, err = cluster_exists(eks, cluster)
+    if err is not None:
+        return _could_not(name, "DescribeCluster", err), None
+    if not exists:
+        msg = (
+            f"the EKS cluster {cluster} does not exist yet; the function adds {len(wanted)} "
+            f"Pod Identity associations of the {ASSOCIATIONS_PER_CLUSTER} a cluster may have"
+        )
+        fix = "check the AWSManagedControlPlane: CAPA creates the EKS cluster first"
+        # Before: CAPA has not made it yet, nothing to count. After: the associations need it.
+        return Check(name, Status.FAIL if strict else Status.PASS, msg, fix), False
+    by_key: dict[tuple[str, str], str] = {}
+    count = 0
+    roles: dict[tuple[str, str], str] = {}
+    try:
+        pages = eks.get_paginator("list_pod_identity_associations").paginate(clusterName=cluster)
+        for page in pages:
+            for a in page.get("associations", []):
+                count += 1
+                key = (str(a.get("namespace", "")), str(a.get("serviceAccount", "")))
+                by_key[key] = str(a.get("associationId", ""))
+        for w in wanted:
+            if w.key in by_key:
+                got = eks.describe_pod_identity_association(
+                    clusterName=cluster, associationId=by_key[w.key]
+                )["association"]
+                roles[w.key] = str(got.get("roleArn", ""))
+    except ClientError as err:
+        return _could_not(name, str(getattr(err, "operation_name", "")), err), True
+    return judge_associations(cluster, count, roles, wanted), True
+
+
+def judge_associations(
+    cluster: str, count: int, roles: Mapping[tuple[str, str], str], wanted: Sequence[Wanted]
+) -> Check:
+    """The cluster's ``count`` associations, ``roles`` those of the add-ons' service accounts.
+
+    An add-on's service account associated with another role than the add-on's stands in
+    the way; the others the function adds count against the per-cluster limit.
+    """
+    name = f"pod-identity/associations/{cluster}"
+    conflicts = [
+        f"{w.path} ({w.addon}) with {roles[w.key]}"
+        for w in wanted
+        if w.key in roles and not roles[w.key].endswith(f"/{w.role_name}")
+    ]
+    if conflicts:
+        msg = (
+            f"EKS cluster {cluster} already associates {plural(conflicts, 'service account')}: "
+            "EKS takes one association per service account, so the function's cannot be created"
+        )
+        fix = (
+            "delete those associations (aws eks list-pod-identity-associations --cluster-name "
+            f"{cluster}; aws eks delete-pod-identity-association --cluster-name {cluster} "
+            "--association-id ID), or remove them from the AWSManagedControlPlane or the tool "
+            "that made them"
+        )
+        return Check(name, Status.FAIL, msg, fix)
+    adding = sum(1 for w in wanted if w.key not in roles)
+    total = count + adding
+    said = (
+        f"EKS cluster {cluster} has {count} Pod Identity associations; the function adds "
+        f"{adding}: {total} of {ASSOCIATIONS_PER_CLUSTER}"
+    )
+    fix = (
+        f"delete unused associations (aws eks list-pod-identity-associations --cluster-name "
+        f"{cluster}); the limit of {ASSOCIATIONS_PER_CLUSTER} per cluster is not in Service Quotas"
+    )
+    if total > ASSOCIATIONS_PER_CLUSTER:
+        return Check(name, Status.FAIL, f"{said}: creating them fails", fix)
+    if total >= ASSOCIATIONS_WARN_AT:
+        return Check(name, Status.WARN, said, fix)
+    return Check(name, Status.PASS, said)
+
+
+LEFTOVERS = "pod-identity/leftovers"
+
+
+def leftovers_not_run(cluster: str, *, exists: bool | None) -> Check:
+    """The leftover check without the workload cluster: why it did not run, how to run it."""
+    if exists is False:
+        msg = (
+            f"the EKS cluster {cluster} does not exist yet: no ServiceAccount of it can carry "
+            f"{ROLE_ARN_ANNOTATION}"
+        )
+        return Check(LEFTOVERS, Status.PASS, msg)
+    msg = (
+        f"not run: whether the add-ons' ServiceAccounts still carry {ROLE_ARN_ANNOTATION} "
+        "(which keeps IRSA in use) is read from the workload cluster"
+    )
+    fix = (
+        "pass --workload-kubeconfig FILE, the cluster's kubeconfig (aws eks update-kubeconfig "
+        f"--name {cluster} --kubeconfig FILE, or clusterctl get kubeconfig)"
+    )
+    return Check(LEFTOVERS, Status.WARN, msg, fix)
+
+
+def leftovers_unread(err: str) -> Check:
+    """The workload cluster could not be read."""
+    msg = f"could not read the workload cluster's ServiceAccounts: {err}"
+    fix = "check --workload-kubeconfig (its server, credentials, and get on serviceaccounts)"
+    return Check(LEFTOVERS, Status.WARN, msg, fix)
+
+
+def check_leftovers(
+    wanted: Sequence[Wanted], annotations: Mapping[tuple[str, str], Mapping[str, str] | None]
+) -> Check:
+    """The add-ons' ServiceAccounts as the workload cluster has them (None: absent).
+
+    One still annotated with a role ARN keeps IRSA in use: the SDKs take the web identity
+    the pod identity webhook injects before EKS Pod Identity's container credentials.
+    """
+    arns = {w.key: (annotations.get(w.key) or {}).get(ROLE_ARN_ANNOTATION) for w in wanted}
+    found = [
+        f"{w.path} ({w.addon}): {ROLE_ARN_ANNOTATION}={arns[w.key]}"
+        for w in wanted
+        if arns[w.key] is not None
+    ]
+    if found:
+        msg = (
+            f"{plural(found, 'ServiceAccount')}: still annotated, so their pods keep using IRSA "
+            "(the SDKs try web identity before EKS Pod Identity)"
+        )
+        first = next(w for w in wanted if arns[w.key] is not None)
+        fix = (
+            f"remove the annotation (kubectl annotate serviceaccount -n {first.namespace} "
+            f"{first.service_account} {ROLE_ARN_ANNOTATION}-, and for each other one; an EKS "
+            "add-on's serviceAccountRoleARN in the AWSManagedControlPlane's spec.addons puts it "
+            "back: remove that too), then restart the add-on's pods"
+        )
+        return Check(LEFTOVERS, Status.FAIL, msg, fix)
+    present = [w.path for w in wanted if annotations.get(w.key) is not None]
+    if not present:
+        msg = "none of the add-ons' ServiceAccounts exists yet: nothing carries the annotation"
+        return Check(LEFTOVERS, Status.PASS, msg)
+    msg = f"{plural(present, 'ServiceAccount')}: no {ROLE_ARN_ANNOTATION} annotation"
+    return Check(LEFTOVERS, Status.PASS, msg)

@@ -15,6 +15,7 @@ warnings rather than failures.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,15 @@ from function_tools.aws.issuer_checks import (
     provider_arn_for,
 )
 from function_tools.aws.network_checks import check_external_resource_gc, check_security_groups
-from function_tools.aws.pod_identity_checks import DEFAULT_NODE_ROLE, check_node_role
+from function_tools.aws.pod_identity_checks import (
+    DEFAULT_NODE_ROLE,
+    Wanted,
+    check_associations,
+    check_leftovers,
+    check_node_role,
+    leftovers_not_run,
+    leftovers_unread,
+)
 from function_tools.aws.role_checks import (
     RoleExpectation,
     addon_roles,
@@ -57,6 +66,17 @@ from function_tools.aws.role_checks import (
     expected_policy_arn,
 )
 from function_tools.aws.target import Target
+
+# The workload cluster's ServiceAccounts: (namespace, name) -> annotations, None when absent
+# (``function_tools.aws.workload_cluster``); raises WorkloadUnreadError when it cannot be read.
+ReadServiceAccounts = Callable[
+    [Iterable[tuple[str, str]]], Mapping[tuple[str, str], Mapping[str, str] | None]
+]
+
+
+class WorkloadUnreadError(RuntimeError):
+    """The workload cluster could not be read: the leftover check says why."""
+
 
 _MARK = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL"}
 
@@ -221,18 +241,22 @@ def run(
     phase: Phase = Phase.AUTO,
     live: cf.Fetch | None = None,
     node_roles: tuple[str, ...] = (DEFAULT_NODE_ROLE,),
+    *,
+    service_accounts: ReadServiceAccounts | None = None,
 ) -> Report:
     """Every check that applies to ``target``, in the order the function creates things.
 
     ``live`` fetches the SelfHosted issuer's discovery URL as STS would (``--live``).
     ``node_roles``: EKS Pod Identity: the nodes' roles, which the agent asks with.
+    ``service_accounts``: EKS Pod Identity: reads the workload cluster's ServiceAccounts
+    (``--workload-kubeconfig``); without it the leftover check says it was not run.
     Each check turns AWS's "not found" answers it expects into a finding with its fix;
     one it does not expect (something deleted while preflight ran) ends the report
     with a FAIL naming it, never without the report.
     """
     report = Report(target, Phase.AFTER if phase is Phase.AFTER else Phase.BEFORE)
     try:
-        return _run(report, clients, phase, live, node_roles)
+        return _run(report, clients, phase, live, node_roles, service_accounts=service_accounts)
     except ClientError as err:
         if not absent(err):
             raise
@@ -308,12 +332,43 @@ def _external(report: Report, clients: Clients, account: str) -> str:
     return external[1]
 
 
+def _pod_identity_cluster(
+    report: Report,
+    clients: Clients,
+    wants: list[RoleExpectation],
+    *,
+    strict: bool,
+    read: ReadServiceAccounts | None,
+) -> None:
+    """Pod Identity: the EKS cluster's associations, then the workload cluster's leftovers."""
+    cluster = report.target.facts.eks_cluster_name
+    if report.target.spec.irsa.mode is not IRSAMode.POD_IDENTITY or not wants or not cluster:
+        return
+    wanted = [
+        Wanted(w.addon.addon, w.addon.namespace, w.addon.service_account, w.role_name)
+        for w in wants
+    ]
+    check, exists = check_associations(clients.eks, cluster, wanted, strict=strict)
+    report.checks.append(check)
+    if read is None:
+        report.checks.append(leftovers_not_run(cluster, exists=exists))
+        return
+    try:
+        found = read([w.key for w in wanted])
+    except WorkloadUnreadError as err:
+        report.checks.append(leftovers_unread(str(err)))
+        return
+    report.checks.append(check_leftovers(wanted, found))
+
+
 def _run(
     report: Report,
     clients: Clients,
     phase: Phase,
     live: cf.Fetch | None,
     node_roles: tuple[str, ...],
+    *,
+    service_accounts: ReadServiceAccounts | None,
 ) -> Report:
     target = report.target
     cred, account = check_credentials(clients.sts)
@@ -348,6 +403,7 @@ def _run(
     report.phase = Phase.AFTER if after else Phase.BEFORE
     for want in wants:
         report.checks += check_role(clients.iam, want, after=after, strict=strict)
+    _pod_identity_cluster(report, clients, wants, strict=strict, read=service_accounts)
     if spec.dns.external_dns is not None:
         report.checks += check_hosted_zones(clients.route53, spec.dns.external_dns, account)
     report.checks += check_security_groups(clients.ec2, target, after=after, strict=strict)

@@ -56,6 +56,15 @@ from function_tools import options
     "eks-auth:AssumeRoleForPodIdentity. Repeatable. [default: CAPA's "
     "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io]",
 )
+@click.option(
+    "--workload-kubeconfig",
+    "workload_kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="spec.irsa.mode PodIdentity: the workload cluster's kubeconfig, to find the add-ons' "
+    "ServiceAccounts still annotated eks.amazonaws.com/role-arn (which keeps IRSA in use). "
+    "Read only.",
+)
 @options.output_option(["text", "json"], "text")
 def preflight_cmd(
     *,
@@ -71,6 +80,7 @@ def preflight_cmd(
     live: bool,
     live_endpoint: str | None,
     node_roles: tuple[str, ...],
+    workload_kubeconfig: Path | None,
     output: str,
 ) -> None:
     """Check the AWS account for XR: pass, warn or fail per check, each with its fix.
@@ -84,8 +94,12 @@ def preflight_cmd(
         from function_tools.aws import preflight as pf  # noqa: PLC0415
         from function_tools.aws.clients import make_clients  # noqa: PLC0415
         from function_tools.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
+        from function_tools.aws.workload_cluster import (  # noqa: PLC0415
+            KubeconfigError,
+            WorkloadCluster,
+        )
     except ImportError as err:
-        msg = f"aws preflight needs boto3 ({err}): {options.AWS_EXTRA_HINT}"
+        msg = f"aws preflight needs boto3 and lightkube ({err}): {options.AWS_EXTRA_HINT}"
         raise click.ClickException(msg) from err
     from function.accept import RegionError  # noqa: PLC0415
     from function.spec_base import InvalidInputError  # noqa: PLC0415
@@ -103,14 +117,16 @@ def preflight_cmd(
             public_key=sa_public_key.read_bytes() if sa_public_key else None,
             public_key_source=str(sa_public_key) if sa_public_key else "",
         )
-    except (InputFileError, InvalidInputError, RegionError) as err:
+        workload = WorkloadCluster(workload_kubeconfig) if workload_kubeconfig else None
+    except (InputFileError, InvalidInputError, RegionError, KubeconfigError) as err:
         raise options.InputError(str(err)) from err
 
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
         fetch = https_fetch(live_endpoint) if live or live_endpoint else None
         roles = node_roles or (pf.DEFAULT_NODE_ROLE,)
-        report = pf.run(target, clients, pf.Phase(phase), fetch, roles)
+        read = workload.annotations if workload else None
+        report = pf.run(target, clients, pf.Phase(phase), fetch, roles, service_accounts=read)
     except (BotoCoreError, ClientError) as err:
         # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
         msg = f"an AWS call failed: {err}"
