@@ -147,7 +147,8 @@ def _could_not(name: str, operation: str, err: ClientError) -> Check:
     # An endpoint that does not serve the operation (an emulator) answers with an HTML page.
     detail = f": {said.splitlines()[0]}" if said and not said.startswith("<") else ""
     msg = f"could not check: eks:{operation} answered {code(err)} (HTTP {status}){detail}"
-    return Check(name, Status.WARN, msg, "run preflight against AWS's EKS API (not an emulator)")
+    fix = f"against AWS, run it again; an emulator (--endpoint-url) may not serve eks:{operation}"
+    return Check(name, Status.WARN, msg, fix)
 
 
 def cluster_exists(eks: Any, cluster: str) -> tuple[bool | None, ClientError | None]:
