@@ -23,8 +23,15 @@ import sys
 IMAGE = {"debootstrap": "debootstrap", "umoci": "umoci", "unshare": "util-linux", "git": "git"}
 NEEDS: dict[str, dict[str, str]] = {
     # make e2e also builds and runs the image (e2e/test_image.py) and pushes a release to a
-    # registry on loopback (e2e/test_release.py); Go builds the upstream tools.
-    "e2e": {"go": "golang-go", **IMAGE, "docker-registry": "docker-registry"},
+    # registry on loopback (e2e/test_release.py); Go builds the upstream tools; node and npm
+    # install and run the IAM policy evaluator of the token e2e (e2e/aws/tokens.py).
+    "e2e": {
+        "go": "golang-go",
+        **IMAGE,
+        "docker-registry": "docker-registry",
+        "node": "nodejs",
+        "npm": "npm",
+    },
     "release": {"go": "golang-go", **IMAGE},
     "image": dict(IMAGE),
 }
