@@ -1,6 +1,7 @@
 """The token an add-on's pod gets, all the way to its role (issue 29, part 2).
 
-An example converges through the real provider-aws against moto (``e2e/aws/conftest.py``);
+For each issuer hosting (``HOSTINGS``: S3Public, CloudFront Shared, CloudFront Managed), its
+example converges through the real provider-aws against moto (``e2e/aws/conftest.py``);
 then a workload cluster runs kube-apiserver as kubeadm would for it (the issuer
 ``function-cluster-plugin issuer`` prints, ``--api-audiences`` with sts.amazonaws.com, the
 ``<cluster>-sa`` key pair), the real amazon-eks-pod-identity-webhook v0.6.17 mutates the pods
@@ -150,9 +151,12 @@ def installed_api(cp: AwsControlPlane, *, legacy: bool) -> Iterator[tuple[dict[s
     flavour = "v1" if legacy else "v2"
     try:
         yield cp.install_api(flavour), providers
-        cp.remove_api(flavour)
     finally:
-        providers.stop()
+        # Also after a failure: the next hosting may need the other flavour.
+        try:
+            cp.remove_api(flavour)
+        finally:
+            providers.stop()
 
 
 @pytest.fixture(scope="module", params=HOSTINGS, ids=[h.name for h in HOSTINGS])
