@@ -217,6 +217,9 @@ class Call:
     method: str
     path: str
     action: str  # the query API's Action, or "" for a REST call
+    # The query's and the form body's parameters (first value of each; "" for a bare key
+    # such as S3's ``?policy``).
+    params: tuple[tuple[str, str], ...] = ()
 
     @property
     def writes(self) -> bool:
@@ -269,10 +272,11 @@ class Moto:
                 body = base64.b64decode(body).decode(errors="replace")
             url = entry["url"]
             path = url.split("://", 1)[-1].split("/", 1)[-1]
-            query = parse_qs(path.split("?", 1)[1]) if "?" in path else {}
+            query = parse_qs(path.split("?", 1)[1], keep_blank_values=True) if "?" in path else {}
             form = parse_qs(body) if "Action=" in body else {}
             action = (form.get("Action") or query.get("Action") or [""])[0]
-            calls.append(Call(_service(entry.get("headers", {})), entry["method"], "/" + path, action))
+            params = tuple(sorted({k: v[0] for k, v in {**query, **form}.items()}.items()))
+            calls.append(Call(_service(entry.get("headers", {})), entry["method"], "/" + path, action, params))
         return calls
 
     # --- what it holds --------------------------------------------------------------------

@@ -130,6 +130,16 @@ def assert_creations_follow_gates(composite: Composite) -> dict[str, set[str]]:
     return deps
 
 
+def usage_ends(usage: dict[str, Any]) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
+    """(kind, name) of a Usage's ``by`` end, its ``of`` end and the Usage itself."""
+    spec = usage["spec"]
+    return (
+        (spec["by"]["kind"], spec["by"]["resourceRef"]["name"]),
+        (spec["of"]["kind"], spec["of"]["resourceRef"]["name"]),
+        (usage["kind"], usage["metadata"]["name"]),
+    )
+
+
 def assert_deleted_in_usage_order(composite: Composite, usages: dict[str, dict[str, Any]]) -> None:
     """For every Usage whose ``of`` end was deleted: its ``by`` end was gone first, and the
     Usage itself went before ``of`` (etcd revisions of the deletions)."""
@@ -139,10 +149,7 @@ def assert_deleted_in_usage_order(composite: Composite, usages: dict[str, dict[s
     problems = []
     checked = 0
     for name, usage in usages.items():
-        spec = usage["spec"]
-        of = (spec["of"]["kind"], spec["of"]["resourceRef"]["name"])
-        by = (spec["by"]["kind"], spec["by"]["resourceRef"]["name"])
-        itself = (usage["kind"], usage["metadata"]["name"])
+        by, of, itself = usage_ends(usage)
         if of not in deleted:
             continue
         checked += 1
