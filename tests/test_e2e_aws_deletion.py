@@ -115,9 +115,16 @@ def test_the_usage_order_check_tells_the_right_order_from_a_wrong_one(made: dict
     # The same evidence refutes the reversed expectation.
     assert usage_order_problems(reversed_usages(usages), composed, right, in_moto).problems
 
-    # The role marked for deletion while its attachment is still there: refused.
+    # The role marked for deletion while its Usage is still there: refused.
     early = _events([("deleting", attachment), ("deleting", role), ("deleted", attachment), ("deleted", usage), ("deleted", role)])
-    assert [p for p in usage_order_problems(usages, composed, early, in_moto).problems if "marked for deletion" in p]
+    assert [p for p in usage_order_problems(usages, composed, early, in_moto).problems if "the Usage gone at" in p]
+    # The role marked before its attachment: refused.
+    first = _events([("deleting", usage), ("deleted", usage), ("deleting", role), ("deleting", attachment), ("deleted", attachment), ("deleted", role)])
+    assert [p for p in usage_order_problems(usages, composed, first, in_moto).problems if "marked for deletion" in p and "Role" in p]
+    # The role marked after the Usage went, the attachment marked but not yet gone: allowed, an overlap.
+    overlap = _events([("deleting", attachment), ("deleting", usage), ("deleted", usage), ("deleting", role), ("deleted", attachment), ("deleted", role)])
+    allowed = usage_order_problems(usages, composed, overlap, in_moto)
+    assert not allowed.problems and len(allowed.overlaps) == 1, allowed
     # AWS asked to delete the role before the policy was detached: refused.
     assert [p for p in usage_order_problems(usages, composed, right, in_moto[::-1]).problems if "moto got" in p]
     # No Delete call for the role at all: refused, not skipped.

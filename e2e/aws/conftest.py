@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from e2e.aws.deletion import DeletionWatch
 from e2e.aws.provider import AWS_KINDS, AwsControlPlane, Moto, provider_aws, provider_configs
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.conftest import pytest_runtest_makereport, running_control_plane
@@ -88,11 +89,27 @@ def converge(composite: Composite, timeout_s: float = CONVERGE_S) -> dict[str, A
 
 
 def played_providers(cp: AwsControlPlane, *, namespaced: bool) -> Iterator[Providers]:
-    """The driver for one flavour's Releases (played); every AWS kind is provider-aws's."""
-    providers = Providers(cp.kube, namespaced=namespaced, real_kinds=AWS_KINDS)
+    """The driver for one flavour's Releases (played); every AWS kind is provider-aws's. It
+    also records when each composed object was marked for deletion and any deletion the usage
+    webhook refused (``DeletionWatch``)."""
+    providers = DeletionWatch(cp.kube, namespaced=namespaced, real_kinds=AWS_KINDS)
     providers.start()
     yield providers
     providers.stop()
+
+
+@pytest.fixture(scope="module")
+def aws_providers(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> Iterator[Providers]:
+    """The namespaced flavour's played providers, for one module."""
+    yield from played_providers(aws_control_plane, namespaced=True)
+
+
+@pytest.fixture(scope="module")
+def aws_api(aws_control_plane: AwsControlPlane, aws_providers: Providers) -> Iterator[dict]:
+    """apis/v2 (namespaced ClusterPlugin) installed for one module; its Composition."""
+    composition = aws_control_plane.install_api("v2")
+    yield composition
+    aws_control_plane.remove_api("v2")
 
 
 def delete_and_wait(composite: Composite, timeout_s: float = 600) -> dict[str, dict[str, Any]]:

@@ -10,8 +10,9 @@ with nothing refused by Crossplane's usage webhook.
   resource, and the composed resource a recorded call deletes, named the same way
   (``role demo-efs``, ``object <bucket>/<key>``...).
 - ``usage_order_problems``: for each Usage (by -> of) whose ``of`` was withdrawn: ``by`` was
-  gone before ``of`` was even marked for deletion (etcd revisions), and where both ends are
-  AWS resources, every Delete call of ``by`` reached moto before the first of ``of``.
+  marked for deletion before ``of``, and the Usage gone before ``of`` was marked (etcd
+  revisions); where both ends are AWS resources, every Delete call of ``by`` reached moto
+  before the first of ``of``.
 - ``refusals``: every trace of a refused deletion of the given objects: the webhook's debug
   log line, its annotation, and Warning events in the namespace that say "in-use".
 """
@@ -109,10 +110,15 @@ def deletions(calls: list[Call]) -> list[str]:
 
 @dataclass
 class Order:
-    """How the Usages' ends were withdrawn; ``checked`` counts the (usage, evidence) pairs looked at."""
+    """How the Usages' ends were withdrawn; ``checked`` names the (usage, evidence) pairs looked at,
+    ``overlaps`` the Usages whose ``of`` was marked for deletion while ``by``, already marked, was
+    still there (allowed: see ``usage_order_problems``)."""
 
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    overlaps: list[str] = field(default_factory=list)
+    # What the same evidence says against the Usages reversed (assert_withdrawn_in_usage_order).
+    reversed_problems: list[str] = field(default_factory=list)
 
 
 def _by_ref(composed: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -124,10 +130,15 @@ def usage_order_problems(
 ) -> Order:
     """For each Usage whose ``of`` end was withdrawn (deleted from the control plane):
 
-    - control plane: ``by`` was gone (its DELETED revision) before ``of`` first carried a
-      deletionTimestamp, and the Usage itself was gone before ``of`` was;
+    - control plane: ``by`` was marked for deletion (its first deletionTimestamp) before
+      ``of`` was, and the Usage was gone before ``of`` was marked (what the usage webhook
+      enforces). That ``by`` was already gone is not asked: Crossplane forgets a resource
+      as soon as it deletes it and strips the composite label from a Usage it deletes, so
+      the Usage no longer waits for its user (v2.4: DeletingComposedResourceGarbageCollector,
+      the usage controller); the function then sees ``by`` unobserved and withdraws the
+      Usage, then ``of``, while ``by``'s finalizers may still hold it (``overlaps``);
     - moto, when both ends are AWS resources: every Delete call of ``by`` came before the
-      first Delete call of ``of``, and both were made.
+      first Delete call of ``of``, and both were made: what AWS saw is the Usage order.
     """
     deleted = {(e.kind, e.name): e.revision for e in events if e.what == "deleted"}
     deleting: dict[tuple[str, str], int] = {}
@@ -141,11 +152,14 @@ def usage_order_problems(
         if of not in deleted:
             continue
         of_marked = deleting.get(of, deleted[of])
+        by_marked = deleting.get(by, deleted.get(by))
         out.checked.append(f"{name}: control plane")
-        if not (by in deleted and deleted[by] < of_marked):
-            out.problems.append(f"{name}: {of} marked for deletion at revision {of_marked}, {by} gone at {deleted.get(by)}")
-        if not (itself in deleted and deleted[itself] < deleted[of]):
-            out.problems.append(f"{name}: {of} gone at revision {deleted[of]}, the Usage at {deleted.get(itself)}")
+        if by_marked is None or not by_marked < of_marked:
+            out.problems.append(f"{name}: {of} marked for deletion at revision {of_marked}, {by} at {by_marked}")
+        if not (itself in deleted and deleted[itself] < of_marked):
+            out.problems.append(f"{name}: {of} marked for deletion at revision {of_marked}, the Usage gone at {deleted.get(itself)}")
+        if by in deleted and deleted[by] > of_marked:
+            out.overlaps.append(f"{name}: {of} marked at revision {of_marked}, {by} marked at {by_marked}, gone at {deleted[by]}")
         if by[0] in AWS_KINDS and of[0] in AWS_KINDS:
             by_key, of_key = deletion_key_of(composed[names[by]]), deletion_key_of(composed[names[of]])
             by_at = [i for i, k in enumerate(moto_deletions) if k == by_key]
@@ -165,6 +179,11 @@ def reversed_usages(usages: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return out
 
 
+def refused_objects(watch: Providers, namespace: str | None) -> set[tuple[str, str]]:
+    """(kind, name) of every object whose deletion the usage webhook refused (its annotation)."""
+    return {(e.kind, e.name) for e in watch.history(namespace) if e.what == "refused"}
+
+
 def refusals(cp: ControlPlane, watch: Providers, composed: dict[str, dict[str, Any]], namespace: str | None) -> list[str]:
     """Every trace of a deletion of these objects that Crossplane's usage webhook refused."""
     names = {o["metadata"]["name"] for o in composed.values()}
@@ -173,7 +192,7 @@ def refusals(cp: ControlPlane, watch: Providers, composed: dict[str, dict[str, A
         for line in cp.log_lines("crossplane", REFUSAL_LOG)
         if any(f'"name": "{n}"' in line for n in names)
     ]
-    marked = [f"{e.kind} {e.name} carried {DELETION_ATTEMPT}" for e in watch.history(namespace) if e.what == "refused" and e.name in names]
+    marked = [f"{kind} {name} carried {DELETION_ATTEMPT}" for kind, name in sorted(refused_objects(watch, namespace)) if name in names]
     warned = []
     if namespace:
         for ev in cp.kube.list("v1", "Event", namespace):
@@ -224,6 +243,6 @@ def assert_withdrawn_in_usage_order(
     assert order.checked, f"no Usage's used end was withdrawn: {sorted(usages)}"
     assert any(c.endswith(": moto") for c in order.checked), order.checked
     assert not order.problems, "\n".join(order.problems)
-    wrong = usage_order_problems(reversed_usages(usages), composed, events, moto_deletions)
-    assert wrong.problems, "the reversed Usage order fits the evidence too: the check cannot tell"
+    order.reversed_problems = usage_order_problems(reversed_usages(usages), composed, events, moto_deletions).problems
+    assert order.reversed_problems, "the reversed Usage order fits the evidence too: the check cannot tell"
     return order

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from e2e.aws.conftest import aws_objects, converge, delete_and_wait, not_ready, played_providers
+from e2e.aws.deletion import assert_withdrawn_in_usage_order, deletions, named_deletions
 from e2e.aws.provider import AwsControlPlane, Held, Moto, held_differences, new_in
-from e2e.controlplane.checks import assert_converged_like_the_world, assert_deleted_in_usage_order
+from e2e.controlplane.checks import assert_converged_like_the_world
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT
@@ -68,10 +69,15 @@ def test_legacy_moto_holds_what_the_function_composed(edge: tuple[Composite, dic
 
 
 def test_legacy_deleting_the_claim_leaves_nothing_in_moto(edge: tuple[Composite, dict[str, Any]], moto: Moto) -> None:
+    """Through the garbage collector and the usage webhook's replayed deletions, as for the
+    namespaced XR: AWS sees the users deleted before what they use."""
     composite, held_before = edge
+    moto.start_recording()
     composed = delete_and_wait(composite)
-    usages = {n: o for n, o in composed.items() if n.startswith("usage-")}
+    calls = moto.stop_recording()
     left = new_in(moto.snapshot(), held_before)
     print(f"\nmoto after deleting the legacy claim, beyond what it held before: {left}")
     assert not left, left
-    assert_deleted_in_usage_order(composite, usages)
+    order = assert_withdrawn_in_usage_order(composite.providers, None, composed, set(composed), calls)
+    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
+    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")

@@ -10,7 +10,9 @@ Here examples/selfhosted-full, namespaced, in team-w (its rules in the AWSCluste
 SecurityGroupIngressRule: v2.5.0 cannot observe one before it exists, "Missing Resource Identity
 After Read"): every composed AWS resource turns Ready and Synced through the provider; moto holds
 what the function composed; the provider writes nothing once converged; removing a plugin deletes exactly its
-AWS objects; deleting the XR leaves moto with nothing the XR made.
+AWS objects, in Usage order (moto's Delete calls), with no deletion refused by the usage webhook;
+deleting the XR leaves moto with nothing the XR made, in Usage order too, the webhook refusing
+only what is still used (the garbage collector deletes everything at once; Crossplane replays).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from e2e.aws.conftest import (
     converge,
     delete_and_wait,
     not_ready,
-    played_providers,
+)
+from e2e.aws.deletion import (
+    assert_withdrawn_in_usage_order,
+    deletions,
+    named_deletions,
+    refusals,
+    refused_objects,
 )
 from e2e.aws.provider import (
     AWS_KINDS,
@@ -44,7 +52,7 @@ from e2e.aws.provider import (
 )
 from e2e.controlplane.checks import (
     assert_converged_like_the_world,
-    assert_deleted_in_usage_order,
+    usage_ends,
     world_for,
 )
 from e2e.controlplane.composite import Composite, condition_status, conditions
@@ -56,18 +64,6 @@ NAMESPACE = "team-w"
 EXAMPLE = "selfhosted-full"
 # Several of the provider's polls.
 QUIET_S = 4 * POLL_S + 10
-
-
-@pytest.fixture(scope="module")
-def aws_providers(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> Iterator[Providers]:
-    yield from played_providers(aws_control_plane, namespaced=True)
-
-
-@pytest.fixture(scope="module")
-def aws_api(aws_control_plane: AwsControlPlane, aws_providers: Providers) -> Iterator[dict]:
-    composition = aws_control_plane.install_api("v2")
-    yield composition
-    aws_control_plane.remove_api("v2")
 
 
 @pytest.fixture(scope="module")
@@ -174,24 +170,52 @@ def test_removing_a_plugin_deletes_exactly_its_aws_objects(demo: Composite, moto
     gone_aws = {n: composed[n] for n in expected_gone if composed[n]["kind"] in AWS_KINDS}
     assert gone_aws, expected_gone
 
+    moto.start_recording()
+    started = time.monotonic()
     demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"spec": {"storage": {"efs": None}}}, NAMESPACE)
-    demo.kube.wait_for(lambda: not (expected_gone & set(demo.composed())), f"{sorted(expected_gone)} deleted", timeout_s=300, interval_s=1)
+    # Gone from the API server, by name: Crossplane strips the composite label from what it
+    # deletes, so the XR's label no longer lists a resource the moment it is marked for
+    # deletion, long before provider-aws has deleted it in AWS and let it go.
+    refs = {(composed[n]["apiVersion"], composed[n]["kind"], composed[n]["metadata"]["name"]) for n in expected_gone}
+    demo.kube.wait_for(lambda: all(demo.kube.get(a, k, nm, NAMESPACE) is None for a, k, nm in refs), f"{sorted(expected_gone)} deleted", timeout_s=300, interval_s=1)
+    withdrawn_s = time.monotonic() - started
     demo.wait_ready(timeout_s=300)
+    calls = moto.stop_recording()
     held_after = moto.snapshot()
     removed = new_in(held_before, held_after)
     added = new_in(held_after, held_before)
-    print(f"\nmoto after removing EFS: removed {removed}, added {added}")
+    print(f"\nmoto after removing EFS ({withdrawn_s:.0f}s): removed {removed}, added {added}")
     assert not added, added
     assert removed == snapshot_entries(list(gone_aws.values())), removed
+    # Users first, then their Usages, then what they used; in moto as in the control plane.
+    order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, expected_gone, calls)
+    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
+    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    # Withdrawn one layer per reconcile: the usage webhook never had to refuse a deletion.
+    refused = refusals(demo.cp, demo.providers, composed, NAMESPACE)
+    assert not refused, "\n".join(refused)
 
 
 def test_deleting_the_xr_leaves_nothing_in_moto(demo: Composite, moto: Moto, before: dict[str, Any]) -> None:
+    """Crossplane's garbage collector deletes everything at once: the usage webhook refuses
+    each used resource until its Usages are gone, then Crossplane replays the deletion
+    (``replayDeletion: true``). So AWS sees the users deleted before what they use."""
+    moto.start_recording()
+    started = time.monotonic()
     composed = delete_and_wait(demo)
-    usages = {n: o for n, o in composed.items() if n.startswith("usage-")}
+    calls = moto.stop_recording()
     left = new_in(moto.snapshot(), before)
-    print(f"\nmoto after deleting the XR, beyond what it held before: {left}")
+    print(f"\nmoto after deleting the XR ({time.monotonic() - started:.0f}s), beyond what it held before: {left}")
     assert not left, left
-    assert_deleted_in_usage_order(demo, usages)
+    order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, set(composed), calls)
+    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
+    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    # The garbage collector deletes everything at once, so the webhook refuses what is still
+    # used: only that, and Crossplane replays each deletion once the Usages are gone.
+    refused = refusals(demo.cp, demo.providers, composed, NAMESPACE)
+    print(f"traces of deletions the usage webhook refused (and Crossplane replayed): {len(refused)}\n  " + "\n  ".join(refused))
+    used = {usage_ends(o)[1] for o in composed.values() if o["kind"] == "Usage"}
+    assert refused_objects(demo.providers, NAMESPACE) <= used, refused_objects(demo.providers, NAMESPACE) - used
 
 
 def test_provider_log_has_no_call_moto_lacks(aws_control_plane: AwsControlPlane, real_provider_aws: Process) -> None:
