@@ -127,6 +127,13 @@ def test_the_usage_order_check_tells_the_right_order_from_a_wrong_one(made: dict
     assert not allowed.problems and len(allowed.overlaps) == 1, allowed
     # AWS asked to delete the role before the policy was detached: refused.
     assert [p for p in usage_order_problems(usages, composed, right, in_moto[::-1]).problems if "moto got" in p]
+    # Deleting the XR (collected): the attachment gone before the role is marked, the Usage
+    # going a revision after the role was marked (its in-use label lifted first): allowed;
+    # the role marked while the attachment is only marked: refused.
+    lifted = _events([("deleting", attachment), ("deleting", usage), ("deleted", attachment), ("deleting", role), ("deleted", usage), ("deleted", role)])
+    assert not usage_order_problems(usages, composed, lifted, in_moto, collected=True).problems
+    assert usage_order_problems(usages, composed, lifted, in_moto).problems
+    assert usage_order_problems(usages, composed, overlap, in_moto, collected=True).problems
     # No Delete call for the role at all: refused, not skipped.
     assert usage_order_problems(usages, composed, right, in_moto[:1]).problems
     # The used end not withdrawn: nothing to check.

@@ -126,17 +126,29 @@ def _by_ref(composed: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
 
 
 def usage_order_problems(
-    usages: dict[str, dict[str, Any]], composed: dict[str, dict[str, Any]], events: list[Event], moto_deletions: list[str]
+    usages: dict[str, dict[str, Any]],
+    composed: dict[str, dict[str, Any]],
+    events: list[Event],
+    moto_deletions: list[str],
+    *,
+    collected: bool = False,
 ) -> Order:
     """For each Usage whose ``of`` end was withdrawn (deleted from the control plane):
 
-    - control plane: ``by`` was marked for deletion (its first deletionTimestamp) before
-      ``of`` was, and the Usage was gone before ``of`` was marked (what the usage webhook
-      enforces). That ``by`` was already gone is not asked: Crossplane forgets a resource
-      as soon as it deletes it and strips the composite label from a Usage it deletes, so
-      the Usage no longer waits for its user (v2.4: DeletingComposedResourceGarbageCollector,
-      the usage controller); the function then sees ``by`` unobserved and withdraws the
-      Usage, then ``of``, while ``by``'s finalizers may still hold it (``overlaps``);
+    - control plane, withdrawn by the function (a removed plugin, the cluster's own deletion):
+      ``by`` was marked for deletion (its first deletionTimestamp) before ``of`` was, and the
+      Usage was gone before ``of`` was marked (the function asks the API server for the
+      Usages still there before it lets a used resource go). That ``by`` was already gone
+      is not asked: Crossplane forgets a resource as soon as it deletes it and strips the
+      composite label from a Usage it deletes, so the Usage no longer waits for its user
+      (v2.4: DeletingComposedResourceGarbageCollector, the usage controller); the function
+      sees ``by`` unobserved and withdraws the Usage, then ``of``, while ``by``'s finalizers
+      may still hold it (``overlaps``);
+    - control plane, ``collected`` (deleting the XR: the garbage collector deletes everything
+      at once and the usage webhook holds back what is used): ``by`` was gone before ``of``
+      was marked. The Usage itself may go a revision after: the usage controller takes the
+      ``crossplane.io/in-use`` label off ``of`` (the webhook's objectSelector) before it
+      drops the Usage's finalizer, so a retried deletion of ``of`` can land in between;
     - moto, when both ends are AWS resources: every Delete call of ``by`` came before the
       first Delete call of ``of``, and both were made: what AWS saw is the Usage order.
     """
@@ -154,20 +166,28 @@ def usage_order_problems(
         of_marked = deleting.get(of, deleted[of])
         by_marked = deleting.get(by, deleted.get(by))
         out.checked.append(f"{name}: control plane")
-        if by_marked is None or not by_marked < of_marked:
-            out.problems.append(f"{name}: {of} marked for deletion at revision {of_marked}, {by} at {by_marked}")
-        if not (itself in deleted and deleted[itself] < of_marked):
-            out.problems.append(f"{name}: {of} marked for deletion at revision {of_marked}, the Usage gone at {deleted.get(itself)}")
+        if collected:
+            broken = [] if by in deleted and deleted[by] < of_marked else [f"{by} gone at {deleted.get(by)}"]
+        else:
+            broken = [] if by_marked is not None and by_marked < of_marked else [f"{by} at {by_marked}"]
+            broken += [] if itself in deleted and deleted[itself] < of_marked else [f"the Usage gone at {deleted.get(itself)}"]
+        out.problems += [f"{name}: {of} marked for deletion at revision {of_marked}, {b}" for b in broken]
         if by in deleted and deleted[by] > of_marked:
             out.overlaps.append(f"{name}: {of} marked at revision {of_marked}, {by} marked at {by_marked}, gone at {deleted[by]}")
         if by[0] in AWS_KINDS and of[0] in AWS_KINDS:
-            by_key, of_key = deletion_key_of(composed[names[by]]), deletion_key_of(composed[names[of]])
-            by_at = [i for i, k in enumerate(moto_deletions) if k == by_key]
-            of_at = [i for i, k in enumerate(moto_deletions) if k == of_key]
             out.checked.append(f"{name}: moto")
-            if not by_at or not of_at or max(by_at) > min(of_at):
-                out.problems.append(f"{name}: moto got {by_key!r} at calls {by_at}, {of_key!r} at {of_at}")
+            out.problems += _moto_problems(name, composed[names[by]], composed[names[of]], moto_deletions)
     return out
+
+
+def _moto_problems(name: str, by: dict[str, Any], of: dict[str, Any], moto_deletions: list[str]) -> list[str]:
+    """Unless every Delete call of ``by`` came before the first of ``of`` (both made): what moto got."""
+    by_key, of_key = deletion_key_of(by), deletion_key_of(of)
+    by_at = [i for i, k in enumerate(moto_deletions) if k == by_key]
+    of_at = [i for i, k in enumerate(moto_deletions) if k == of_key]
+    if by_at and of_at and max(by_at) < min(of_at):
+        return []
+    return [f"{name}: moto got {by_key!r} at calls {by_at}, {of_key!r} at {of_at}"]
 
 
 def reversed_usages(usages: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -225,6 +245,8 @@ def assert_withdrawn_in_usage_order(
     composed: dict[str, dict[str, Any]],
     gone: set[str],
     calls: list[Call],
+    *,
+    collected: bool = False,
 ) -> Order:
     """Everything in ``gone`` (composition-resource-names of ``composed``) was withdrawn in Usage
     order (``usage_order_problems``, over the Usages among ``gone``), each AWS resource through
@@ -239,10 +261,10 @@ def assert_withdrawn_in_usage_order(
     not_ours = [k for k in moto_deletions if k not in {deletion_key_of(o) for o in aws.values()}]
     assert not not_ours, f"moto got Delete calls for what was not withdrawn: {not_ours}"
     usages = {n: o for n, o in withdrawn.items() if o["kind"] == "Usage"}
-    order = usage_order_problems(usages, composed, events, moto_deletions)
+    order = usage_order_problems(usages, composed, events, moto_deletions, collected=collected)
     assert order.checked, f"no Usage's used end was withdrawn: {sorted(usages)}"
     assert any(c.endswith(": moto") for c in order.checked), order.checked
     assert not order.problems, "\n".join(order.problems)
-    order.reversed_problems = usage_order_problems(reversed_usages(usages), composed, events, moto_deletions).problems
+    order.reversed_problems = usage_order_problems(reversed_usages(usages), composed, events, moto_deletions, collected=collected).problems
     assert order.reversed_problems, "the reversed Usage order fits the evidence too: the check cannot tell"
     return order

@@ -78,6 +78,6 @@ def test_legacy_deleting_the_claim_leaves_nothing_in_moto(edge: tuple[Composite,
     left = new_in(moto.snapshot(), held_before)
     print(f"\nmoto after deleting the legacy claim, beyond what it held before: {left}")
     assert not left, left
-    order = assert_withdrawn_in_usage_order(composite.providers, None, composed, set(composed), calls)
+    order = assert_withdrawn_in_usage_order(composite.providers, None, composed, set(composed), calls, collected=True)
     print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
     print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")

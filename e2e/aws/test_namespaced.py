@@ -207,7 +207,7 @@ def test_deleting_the_xr_leaves_nothing_in_moto(demo: Composite, moto: Moto, bef
     left = new_in(moto.snapshot(), before)
     print(f"\nmoto after deleting the XR ({time.monotonic() - started:.0f}s), beyond what it held before: {left}")
     assert not left, left
-    order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, set(composed), calls)
+    order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, set(composed), calls, collected=True)
     print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
     print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
     # The garbage collector deletes everything at once, so the webhook refuses what is still
