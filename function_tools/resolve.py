@@ -129,10 +129,10 @@ def accept_with_objects(
     The objects are read as the function reads them from Crossplane (found by
     reference from the Cluster, or by label), and judged as the function judges them.
     """
-    accepted = accept.accept_xr_object(xr, step_input)
+    xr_struct = resource.dict_to_struct(dict(xr))  # once: accepted and its recorded issuer
+    accepted = accept.accept_xr(xr_struct, resource.dict_to_struct(dict(step_input or {})))
     facts = cluster.read_facts(request_from_objects(objs, accepted.lookup), accepted.lookup)
-    recorded = accept.recorded_issuer(resource.dict_to_struct(dict(xr)))
-    accept.refuse_for_cluster(accepted, facts, recorded)
+    accept.refuse_for_cluster(accepted, facts, accept.recorded_issuer(xr_struct))
     return accepted, facts
 
 

@@ -13,8 +13,15 @@ from typing import Any
 
 import pytest
 
-from e2e.aws.deletion import DeletionWatch
-from e2e.aws.provider import AWS_KINDS, AwsControlPlane, Moto, provider_aws, provider_configs
+from e2e.aws.deletion import DeletionWatch, assert_withdrawn_in_usage_order, order_report
+from e2e.aws.provider import (
+    AWS_KINDS,
+    AwsControlPlane,
+    Moto,
+    new_in,
+    provider_aws,
+    provider_configs,
+)
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.conftest import pytest_runtest_makereport, running_control_plane
 from e2e.controlplane.driver import Providers
@@ -126,4 +133,22 @@ def delete_and_wait(composite: Composite, timeout_s: float = 600) -> dict[str, d
         timeout_s=timeout_s,
         interval_s=1,
     )
+    return composed
+
+
+def delete_in_usage_order(
+    composite: Composite, moto: Moto, namespace: str | None, held_before: dict[str, Any], what: str
+) -> dict[str, dict[str, Any]]:
+    """Delete the XR (or the claim): moto is left with nothing it made, and AWS saw the users
+    deleted before what they use (through the garbage collector and the usage webhook's
+    replayed deletions). The composed resources, as they were."""
+    moto.start_recording()
+    started = time.monotonic()
+    composed = delete_and_wait(composite)
+    calls = moto.stop_recording()
+    left = new_in(moto.snapshot(), held_before)
+    print(f"\nmoto after deleting {what} ({time.monotonic() - started:.0f}s), beyond what it held before: {left}")
+    assert not left, left
+    order = assert_withdrawn_in_usage_order(composite.providers, namespace, composed, set(composed), calls, collected=True)
+    print(order_report(order, calls, composed))
     return composed

@@ -268,3 +268,14 @@ def assert_withdrawn_in_usage_order(
     order.reversed_problems = usage_order_problems(reversed_usages(usages), composed, events, moto_deletions, collected=collected).problems
     assert order.reversed_problems, "the reversed Usage order fits the evidence too: the check cannot tell"
     return order
+
+
+def order_report(order: Order, calls: list[Call], composed: dict[str, dict[str, Any]]) -> str:
+    """What a test prints of a withdrawal: moto's Delete calls by name, and what the check saw."""
+    named = "\n  ".join(named_deletions(deletions(calls), composed))
+    return (
+        f"moto's Delete calls, in order:\n  {named}\nUsage order checked: {order.checked}\n"
+        f"of marked while by, marked, was still there: {order.overlaps}\n"
+        f"the reversed order refuted {len(order.reversed_problems)} times, "
+        f"e.g. {order.reversed_problems[:2]}"
+    )

@@ -15,9 +15,14 @@ from typing import Any
 
 import pytest
 
-from e2e.aws.conftest import aws_objects, converge, delete_and_wait, not_ready, played_providers
-from e2e.aws.deletion import assert_withdrawn_in_usage_order, deletions, named_deletions
-from e2e.aws.provider import AwsControlPlane, Held, Moto, held_differences, new_in
+from e2e.aws.conftest import (
+    aws_objects,
+    converge,
+    delete_in_usage_order,
+    not_ready,
+    played_providers,
+)
+from e2e.aws.provider import AwsControlPlane, Held, Moto, held_differences
 from e2e.controlplane.checks import assert_converged_like_the_world
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
@@ -72,12 +77,4 @@ def test_legacy_deleting_the_claim_leaves_nothing_in_moto(edge: tuple[Composite,
     """Through the garbage collector and the usage webhook's replayed deletions, as for the
     namespaced XR: AWS sees the users deleted before what they use."""
     composite, held_before = edge
-    moto.start_recording()
-    composed = delete_and_wait(composite)
-    calls = moto.stop_recording()
-    left = new_in(moto.snapshot(), held_before)
-    print(f"\nmoto after deleting the legacy claim, beyond what it held before: {left}")
-    assert not left, left
-    order = assert_withdrawn_in_usage_order(composite.providers, None, composed, set(composed), calls, collected=True)
-    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
-    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    delete_in_usage_order(composite, moto, None, held_before, "the legacy claim")

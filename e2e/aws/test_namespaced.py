@@ -29,13 +29,12 @@ from e2e.aws.conftest import (
     POLL_S,
     aws_objects,
     converge,
-    delete_and_wait,
+    delete_in_usage_order,
     not_ready,
 )
 from e2e.aws.deletion import (
     assert_withdrawn_in_usage_order,
-    deletions,
-    named_deletions,
+    order_report,
     refusals,
     refused_objects,
 )
@@ -52,8 +51,8 @@ from e2e.aws.provider import (
 )
 from e2e.controlplane.checks import (
     assert_converged_like_the_world,
+    gone_without_efs,
     usage_ends,
-    world_for,
 )
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
@@ -162,11 +161,7 @@ def test_removing_a_plugin_deletes_exactly_its_aws_objects(demo: Composite, moto
     composed = demo.composed()
     xr = demo.xr()
     assert xr is not None
-    world = world_for(demo, observed=composed)
-    del world.xr["spec"]["storage"]["efs"]
-    world.run(6)
-    expected_gone = set(composed) - set(world.composed)
-    assert expected_gone and all("efs" in n for n in expected_gone), expected_gone
+    expected_gone = gone_without_efs(demo, composed)
     gone_aws = {n: composed[n] for n in expected_gone if composed[n]["kind"] in AWS_KINDS}
     assert gone_aws, expected_gone
 
@@ -189,8 +184,7 @@ def test_removing_a_plugin_deletes_exactly_its_aws_objects(demo: Composite, moto
     assert removed == snapshot_entries(list(gone_aws.values())), removed
     # Users first, then their Usages, then what they used; in moto as in the control plane.
     order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, expected_gone, calls)
-    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
-    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    print(order_report(order, calls, composed))
     # Withdrawn one layer per reconcile: the usage webhook never had to refuse a deletion.
     refused = refusals(demo.cp, demo.providers, composed, NAMESPACE)
     assert not refused, "\n".join(refused)
@@ -200,16 +194,7 @@ def test_deleting_the_xr_leaves_nothing_in_moto(demo: Composite, moto: Moto, bef
     """Crossplane's garbage collector deletes everything at once: the usage webhook refuses
     each used resource until its Usages are gone, then Crossplane replays the deletion
     (``replayDeletion: true``). So AWS sees the users deleted before what they use."""
-    moto.start_recording()
-    started = time.monotonic()
-    composed = delete_and_wait(demo)
-    calls = moto.stop_recording()
-    left = new_in(moto.snapshot(), before)
-    print(f"\nmoto after deleting the XR ({time.monotonic() - started:.0f}s), beyond what it held before: {left}")
-    assert not left, left
-    order = assert_withdrawn_in_usage_order(demo.providers, NAMESPACE, composed, set(composed), calls, collected=True)
-    print("moto's Delete calls, in order:\n  " + "\n  ".join(named_deletions(deletions(calls), composed)))
-    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    composed = delete_in_usage_order(demo, moto, NAMESPACE, before, "the XR")
     # The garbage collector deletes everything at once, so the webhook refuses what is still
     # used: only that, and Crossplane replays each deletion once the Usages are gone.
     refused = refusals(demo.cp, demo.providers, composed, NAMESPACE)

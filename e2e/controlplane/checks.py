@@ -29,6 +29,17 @@ def world_for(
     return model.world(xr, composite.required() if required is None else required, composite.composition, observed)
 
 
+def gone_without_efs(composite: Composite, observed: dict[str, dict[str, Any]]) -> set[str]:
+    """What the in-memory Crossplane deletes when EFS is removed from the XR, on the same state:
+    the names the real control plane must delete, and only EFS's."""
+    world = world_for(composite, observed=observed)
+    del world.xr["spec"]["storage"]["efs"]
+    world.run(6)
+    gone = set(observed) - set(world.composed)
+    assert gone and all("efs" in n for n in gone), gone
+    return gone
+
+
 def subset_differences(want: Any, got: Any, path: str = "") -> list[str]:
     """Where ``got`` does not hold what ``want`` holds (extra keys in ``got`` are fine)."""
     if isinstance(want, dict):

@@ -21,6 +21,7 @@ from e2e.controlplane.checks import (
     assert_converged_like_the_world,
     assert_creations_follow_gates,
     assert_deleted_in_usage_order,
+    gone_without_efs,
     world_for,
 )
 from e2e.controlplane.composite import Composite, condition_status, conditions
@@ -90,12 +91,7 @@ def test_removing_a_plugin_deletes_exactly_its_resources(demo: Composite) -> Non
     before = demo.composed()
     xr = demo.xr()
     assert xr is not None
-    # What our InMemoryCrossplane deletes when EFS is removed, on the same state.
-    world = world_for(demo, observed=before)
-    del world.xr["spec"]["storage"]["efs"]
-    world.run(6)
-    expected_gone = set(before) - set(world.composed)
-    assert expected_gone and all("efs" in n for n in expected_gone), expected_gone
+    expected_gone = gone_without_efs(demo, before)
 
     demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"spec": {"storage": {"efs": None}}}, NAMESPACE)
     demo.kube.wait_for(lambda: not (expected_gone & set(demo.composed())), f"{sorted(expected_gone)} deleted", timeout_s=90)
