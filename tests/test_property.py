@@ -534,6 +534,9 @@ class Converged:
     xr: dict[str, Any]
     required: list[dict[str, Any]]
     composed: dict[str, dict[str, Any]]
+    # The world's own step input: the scenario's over its example's Composition's (a chart source
+    # the XR needs may come from the latter only, as for the Pod Identity agent's).
+    step_input: dict[str, Any]
 
 
 @cache
@@ -547,6 +550,7 @@ def _converged(name: str) -> Converged:
         copy.deepcopy(world.xr),
         copy.deepcopy(world.required),
         {n: copy.deepcopy(c.obj) for n, c in world.composed.items()},
+        copy.deepcopy(world.step_input),
     )
 
 
@@ -578,7 +582,7 @@ def test_observed_resources_of_wanted_plugins_are_never_dropped(observed) -> Non
         return gen.run_bounded(req)
 
     world = InMemoryCrossplane(
-        conv.xr, conv.required, step_input=conv.scenario.step_input,
+        conv.xr, conv.required, step_input=conv.step_input,
         crossplane_v1=conv.scenario.crossplane_v1, runner=runner,
     )
     world.hidden = hidden
