@@ -41,6 +41,9 @@ REQ_INFRASTRUCTURE = "infrastructure"
 REQ_SA_SECRET = "sa-secret"  # noqa: S105  # a requirement name, not a secret
 # The XR's Usages, asked for by the planner while one may still hold a withdrawn resource.
 REQ_USAGES = "usages"
+# The user of a withdrawn Usage, asked for by name (this prefix and the Usage's
+# composition-resource-name) while the Usage is kept until its user is gone.
+REQ_USER_OF = "user-of/"
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
 # CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
@@ -329,6 +332,22 @@ def usages_in_api(
         )
         for u in usages
     )
+
+
+def users_in_api(req: fnv1.RunFunctionRequest, namespace: str | None) -> dict[str, bool]:
+    """Usage name -> whether the API server still has its user, for each REQ_USER_OF resolved.
+
+    ``namespace`` as for ``usages_in_api``. A Usage whose user's requirement Crossplane
+    has not resolved is left out.
+    """
+    out: dict[str, bool] = {}
+    for resolved in (req.required_resources, req.extra_resources):
+        for name in resolved:
+            if name.startswith(REQ_USER_OF) and name.removeprefix(REQ_USER_OF) not in out:
+                found = required_objects(req, name, namespace)
+                if found is not None:
+                    out[name.removeprefix(REQ_USER_OF)] = bool(found)
+    return out
 
 
 def supports_required_resources(req: fnv1.RunFunctionRequest) -> bool:

@@ -138,7 +138,11 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         return _refused(rsp, err, target, log)
     # A legacy XR's Usages are cluster-scoped; a namespaced XR's are in its namespace.
     usages_namespace = accepted.namespace if accepted.namespaced else None
-    observed = Observed(req.observed.resources, cluster.usages_in_api(req, usages_namespace))
+    observed = Observed(
+        req.observed.resources,
+        cluster.usages_in_api(req, usages_namespace),
+        cluster.users_in_api(req, usages_namespace),
+    )
     plan = build_plan(accepted.context(facts, observed), xr)
     _write(rsp, plan, accepted.step, target)
     asked.adding(plan.requirements).write(rsp.requirements)

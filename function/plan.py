@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import deletion, registry, structs
-from function.cluster import REQ_USAGES, Selector
+from function.cluster import REQ_USAGES, REQ_USER_OF, Selector
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
     CallContext,
@@ -259,13 +259,18 @@ def _withdraw_in_usage_order(
     Withdrawing a used resource together with its Usages therefore ends in refused
     deletions, retries and no guaranteed order. So a resource that is no longer wanted is
     carried over unchanged while any Usage of it is observed, and a Usage is carried over
-    while its user is itself being withdrawn and still observed: users go first, then
-    their Usages, then what they used.
+    while its user is itself being withdrawn and still there: users go first, then their
+    Usages, then what they used.
 
     Crossplane stops observing a resource as soon as it deletes it, while its finalizers
-    keep it (and the usage webhook still counts a Usage) a little longer. So before a
-    resource some Usage may use goes, the function asks for the XR's Usages that still
+    keep it (and the usage webhook still counts a Usage) a little longer: a Release while
+    helm uninstalls it, an AWS resource while the provider deletes it. So "still there" is
+    asked of the API server: a Usage whose user Crossplane no longer observes is carried
+    while the API server still has that user (asked for by name, REQ_USER_OF); and before
+    a resource some Usage may use goes, the function asks for the XR's Usages that still
     exist (REQ_USAGES, by USAGE_COMPOSITE_LABEL) and carries it while one of them uses it.
+    A Usage whose used resource stays waits for its user all the same: that resource may be
+    withdrawn next (the CNI after an add-on), while the user is still uninstalling.
     """
     observed = ctx.observed
     names = observed.names()
@@ -274,8 +279,9 @@ def _withdraw_in_usage_order(
         ends = USAGE_ENDS.get(name)
         if ends is None or name in wanted:
             continue
-        by, of = ends
-        if of not in wanted and by not in wanted and observed.exists(by):
+        if ends[0] in wanted:
+            continue
+        if observed.exists(ends[0]) or _user_in_api(ctx, plan, name):
             carry.append(name)
     for name in carry:
         carried = observed.get(name)
@@ -306,6 +312,25 @@ def _still_used(ctx: CallContext, plan: Plan, unwanted: list[str], composite: st
             if in_api is None or observed.ref(name) in in_api:
                 out.append(name)  # until the API server is seen to hold no Usage of it
     return out
+
+
+def _user_in_api(ctx: CallContext, plan: Plan, usage: str) -> bool:
+    """Whether the user of the observed Usage ``usage`` may still be in the API server.
+
+    Asks for it by the name the Usage holds; True until Crossplane has answered.
+    """
+    obj = ctx.observed.get(usage)
+    by = structs.struct_at(obj, "spec", "by") if obj is not None else None
+    name = structs.str_at(by, "resourceRef", "name") if by is not None else None
+    if by is None or name is None:
+        return False  # a Usage that names no user holds nothing back
+    plan.requirements[REQ_USER_OF + usage] = Selector(
+        structs.str_at(by, "apiVersion") or "",
+        structs.str_at(by, "kind") or "",
+        match_name=name,
+        namespace=ctx.facts.namespace if ctx.flavour.namespaced else None,
+    )
+    return ctx.observed.users_in_api.get(usage, True)
 
 
 def _usages_selector(ctx: CallContext, composite: str) -> Selector:

@@ -10,13 +10,15 @@ It does what Crossplane does with the function's answers, nothing more:
   asked for in exactly that apiVersion;
 - on a FATAL result applies nothing and deletes nothing;
 - otherwise applies every desired composed resource, deletes every observed
-  one missing from desired state (recording it, and whether a Usage of it was
-  still there: Crossplane's usage webhook refuses such a deletion, and a Usage
-  deleted in the same go no longer keeps the order), and writes the XR status
-  and conditions (Ready from composed readiness, overridden by the desired
-  composite's ``ready``); a Usage it deletes is no longer observed, but its
-  finalizers keep it in the API server (where the webhook and the function's
-  required resources still find it) through the next reconcile;
+  one missing from desired state (recording it, and whether something using it
+  was still in the API server: a Usage of it, which Crossplane's usage webhook
+  refuses such a deletion for, or a user a Usage of it named, whose order the
+  Usage stood for), and writes the XR status and conditions (Ready from composed
+  readiness, overridden by the desired composite's ``ready``); what it deletes is
+  no longer observed, but finalizers keep it in the API server (where the webhook
+  and the function's required resources still find it): a Usage through the next
+  reconcile, anything else (a Release while helm uninstalls it, an AWS resource
+  while the provider deletes it) through the next ``deletion_delay``;
 and what the providers do: a composed resource turns Ready a few reconciles
 after it is created (or never, while a fault holds it down) and reports an ARN;
 a helm Release deleted without the orphan policy is uninstalled while the
@@ -71,7 +73,7 @@ class Reconcile:
     step: int
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    # Deleted while a composed Usage of it was observed (see InMemoryCrossplane.deleted_in_use).
+    # Deleted while something using it was in the API server (InMemoryCrossplane.deleted_in_use).
     deleted_in_use: list[str] = field(default_factory=list)
     desired: list[str] = field(default_factory=list)
     fatal: str | None = None
@@ -104,6 +106,12 @@ def _assign_uid(obj: dict[str, Any], generation: int) -> None:
 
 def _ref(obj: dict[str, Any]) -> tuple[str, str, str]:
     return obj.get("apiVersion", ""), obj.get("kind", ""), obj.get("metadata", {}).get("name", "")
+
+
+def _end(ref: dict[str, Any]) -> tuple[str, str, str]:
+    """(apiVersion, kind, name) of a Usage's ``of`` or ``by``."""
+    name = ref.get("resourceRef", {}).get("name", "")
+    return ref.get("apiVersion", ""), ref.get("kind", ""), name
 
 
 def orphaned(release: dict[str, Any]) -> bool:
@@ -224,6 +232,7 @@ class InMemoryCrossplane:
         ready_delay: int = 1,
         slow: Mapping[str, int] | None = None,
         helm_poll: int = 10,
+        deletion_delay: int = 3,
         runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
     ) -> None:
         self.xr = copy.deepcopy(xr)
@@ -237,6 +246,8 @@ class InMemoryCrossplane:
         # provider-helm's poll, in reconciles: how long an upgraded Release still says
         # Ready=False (see _observed_object).
         self.helm_poll = helm_poll
+        # Reconciles a deleted composed resource (not a Usage) stays in the API server.
+        self.deletion_delay = deletion_delay
         self.runner = runner
         self.composed: dict[str, Composed] = {}
         self.step = 0
@@ -250,12 +261,17 @@ class InMemoryCrossplane:
             or "us-east-1"
         )
         self.deletions: list[tuple[int, str]] = []
-        # Deleted while a Usage of it was observed: (reconcile, name). Crossplane's usage
-        # webhook refuses such a deletion; deleting the Usage in the same go strips its
-        # protection first, so the order it stood for is lost either way.
+        # Deleted while something using it was in the API server: (reconcile, name). A
+        # Usage of it (Crossplane's usage webhook refuses such a deletion; deleting the
+        # Usage in the same go strips its protection first), or a user some Usage of it
+        # named (the Usage is gone, the order it stood for broken all the same).
         self.deleted_in_use: list[tuple[int, str]] = []
-        # Usages deleted but held by their finalizers: (reconcile deleted at, object).
+        # Deleted but held by finalizers: (the last reconcile it is still there, object).
         self.lingering: list[tuple[int, dict[str, Any]]] = []
+        # Deleted and gone from the API server: (the first reconcile it is no longer there, name).
+        self.gone: list[tuple[int, str]] = []
+        # (apiVersion, kind, name) of a used resource -> of its users, from every Usage applied.
+        self.users_of: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
         # Releases deleted with a helm uninstall, and those stuck uninstalling from a
         # cluster that is gone: (reconcile, name).
         self.uninstalls: list[tuple[int, str]] = []
@@ -391,7 +407,7 @@ class InMemoryCrossplane:
         return req
 
     def _fill(self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> None:
-        in_api = self._visible_required() + self._usages()
+        in_api = self._visible_required() + self._in_api()
         resolve_into(req, rsp.requirements, in_api, crossplane_v1=self.crossplane_v1)
 
     def call(self) -> tuple[fnv1.RunFunctionResponse, int]:
@@ -451,6 +467,11 @@ class InMemoryCrossplane:
             else:
                 c = self._create(name, body)
                 rec.created.append(name)
+            if c.obj.get("kind") == "Usage":
+                spec = c.obj.get("spec", {})
+                self.users_of.setdefault(_end(spec.get("of", {})), set()).add(
+                    _end(spec.get("by", {}))
+                )
             all_ready = all_ready and r.ready == fnv1.READY_TRUE
         self._write_xr(rsp, all_ready=all_ready)
         rec.xr_ready = self.xr_ready
@@ -459,9 +480,19 @@ class InMemoryCrossplane:
         return rec
 
     def _delete_undesired(self, rec: Reconcile, desired: set[str]) -> None:
-        in_use = self._used()
+        in_api = {_ref(o) for o in self._in_api()}
+        in_use = self._used() | {
+            of for of, users in self.users_of.items() if users & in_api
+        }
+        staying = {_ref(c.obj) for n, c in self.composed.items() if n in desired}
         for name in sorted(set(self.composed) - desired):
             c = self.composed[name]
+            if c.obj.get("kind") == "Usage":
+                spec = c.obj.get("spec", {})
+                by, of = _end(spec.get("by", {})), _end(spec.get("of", {}))
+                if by in staying:
+                    # Withdrawn while its user stays: what it used may go before that user.
+                    self.users_of.get(of, set()).discard(by)
             if _ref(c.obj) in in_use:
                 rec.deleted_in_use.append(name)
                 self.deleted_in_use.append((self.step, name))
@@ -476,22 +507,24 @@ class InMemoryCrossplane:
             del self.composed[name]
             rec.deleted.append(name)
             self.deletions.append((self.step, name))
-            if c.obj.get("kind") == "Usage":
-                self.lingering.append((self.step, c.obj))
+            # The usage controller lets a deleted Usage go once it has seen it deleted.
+            delay = 1 if c.obj.get("kind") == "Usage" else self.deletion_delay
+            if delay:
+                self.lingering.append((self.step + delay, c.obj))
+            else:
+                self.gone.append((self.step + 1, name))
+
+    def _in_api(self) -> list[dict[str, Any]]:
+        """The composed resources in the API server: observed ones and those being deleted."""
+        return [c.obj for c in self.composed.values()] + [obj for _, obj in self.lingering]
 
     def _usages(self) -> list[dict[str, Any]]:
         """The Usages in the API server: composed ones and those still being deleted."""
-        composed = [c.obj for c in self.composed.values() if c.obj.get("kind") == "Usage"]
-        return composed + [obj for _, obj in self.lingering]
+        return [o for o in self._in_api() if o.get("kind") == "Usage"]
 
     def _used(self) -> set[tuple[str, str, str]]:
         """(apiVersion, kind, name) of every resource a Usage in the API server uses."""
-        out = set()
-        for usage in self._usages():
-            of = usage.get("spec", {}).get("of", {})
-            name = of.get("resourceRef", {}).get("name", "")
-            out.add((of.get("apiVersion", ""), of.get("kind", ""), name))
-        return out
+        return {_end(usage.get("spec", {}).get("of", {})) for usage in self._usages()}
 
     def _create(self, name: str, body: dict[str, Any]) -> Composed:
         meta = body.setdefault("metadata", {})
@@ -543,8 +576,11 @@ class InMemoryCrossplane:
         status["conditions"] = conditions
 
     def _tick(self) -> None:
-        # The usage controller lets a deleted Usage go once it has seen it deleted.
-        self.lingering = [(at, obj) for at, obj in self.lingering if at == self.step]
+        for until, obj in self.lingering:
+            if until == self.step:
+                name = obj["metadata"]["annotations"][COMPOSITION_RESOURCE_NAME]
+                self.gone.append((self.step + 1, name))
+        self.lingering = [(until, obj) for until, obj in self.lingering if until > self.step]
         for c in self.composed.values():
             c.ready = (
                 c.name not in self.held_down

@@ -46,6 +46,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.addons import cni
+from function.plan import CLUSTER_DELETING
 from function_tools.in_memory_crossplane import InMemoryCrossplane, orphaned
 
 CONTROL_PLANE = "control-plane"
@@ -108,7 +109,7 @@ def parse_fault(text: str) -> Fault:
 class Settings:
     """The schedule of one simulation."""
 
-    steps: int = 40
+    steps: int = 60
     initialized_at: int = 3
     available_at: int = 8
     ready_delay: int = 1
@@ -253,7 +254,7 @@ class Simulation:
     uninstalls: list[tuple[int, str]] = field(default_factory=list)
     hung: list[tuple[int, str]] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
-    # Deleted while a Usage of it was still there (InMemoryCrossplane.deleted_in_use).
+    # Deleted while a Usage of it or its user was still there (InMemoryCrossplane.deleted_in_use).
     deleted_in_use: list[tuple[int, str]] = field(default_factory=list)
 
     @property
@@ -365,8 +366,9 @@ class Simulation:
         if self.deleted_in_use:
             listed = ", ".join(f"{name} (reconcile {step})" for step, name in self.deleted_in_use)
             out.append(
-                "deleted while a Usage of it was still there (Crossplane's usage webhook "
-                f"refuses that): {listed}"
+                "deleted while a Usage of it, or the user a Usage of it named, was still "
+                "there (Crossplane's usage webhook refuses the one, the other breaks the "
+                f"order): {listed}"
             )
         if self.uninstalls:
             out.append(f"{len(self.uninstalls)} Release(s) uninstalled instead of forgotten")
@@ -379,10 +381,13 @@ class Simulation:
                 "the Releases did not all take the orphan policy within two reconciles of "
                 f"the deletion being seen (reconcile {self.deletion_recorded_at})"
             )
-        # The withdrawal holds a layer for a reconcile while a deleted Usage lingers, so one
-        # quiet reconcile does not mean it is over.
-        lately = any(step >= self.last_step - 1 for step, _ in self.deletions)
-        if self.last_step >= gone_at and self.left and lately:
+        # The withdrawal holds a layer while what it deleted lingers, so quiet reconciles do
+        # not mean it is over: the function says whether it is (ClusterDeleting).
+        last = self.steps[-1] if self.steps else None
+        withdrawing = last is not None and any(
+            c.startswith(f"PluginsReady=False ({CLUSTER_DELETING})") for c in last.not_true
+        )
+        if self.last_step >= gone_at and self.left and withdrawing:
             out.append(
                 f"the run ended while {len(self.left)} composed resource(s) were still being "
                 "deleted in Usage order: play more reconciles (--steps)"
@@ -746,7 +751,7 @@ def summary_lines(sim: Simulation) -> list[str]:
             counts = ", ".join(str(per_step[step]) for step in range(first, last + 1))
             lines.append(f"  over reconciles {first}-{last}: {counts}")
             lines.append(
-                "  deleted while a Usage of it was still there: "
+                "  deleted while a Usage of it or its user was still there: "
                 f"{len(sim.deleted_in_use) or 'none'}"
             )
     else:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from function.plan import USAGE_ENDS
 from function_tools import input_files
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 
@@ -70,6 +71,23 @@ class Scenario:
         if staged:
             w.set_control_plane(initialized=False, available=False)
         return w
+
+
+def usage_order_problems(world: InMemoryCrossplane) -> list[str]:
+    """For each Usage the world withdrew together with both its ends (the last time each): the
+    Usage deleted only once its user was gone from the API server, and what it used only once
+    the Usage was gone too. (A Usage withdrawn while what it used stays holds nothing back.)"""
+    deleted_at = {n: s for s, n in world.deletions}
+    gone_at = {n: s for s, n in world.gone}
+    out = []
+    for usage, (by, of) in USAGE_ENDS.items():
+        if not {usage, by, of} <= deleted_at.keys():
+            continue
+        if not gone_at.get(by, deleted_at[usage] + 1) <= deleted_at[usage]:
+            out.append(f"{usage} deleted at {deleted_at[usage]}, {by} gone at {gone_at.get(by)}")
+        if not gone_at.get(usage, deleted_at[of] + 1) <= deleted_at[of]:
+            out.append(f"{of} deleted at {deleted_at[of]}, {usage} gone at {gone_at.get(usage)}")
+    return out
 
 
 def staged_control_plane(initialized_at: int = 3, available_at: int = 8) -> Callable[[InMemoryCrossplane], None]:

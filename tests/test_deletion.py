@@ -12,7 +12,7 @@ from function.plan import USAGE_ENDS
 from function_tools import simulate
 from function_tools.in_memory_crossplane import InMemoryCrossplane, Reconcile, orphaned
 from tests import kube_schema
-from tests.scenarios import SCENARIOS, Scenario, by_name, example
+from tests.scenarios import SCENARIOS, Scenario, by_name, example, usage_order_problems
 
 # Both XR flavours, both Crossplane modes (and every other scenario but EKS's, whose
 # cluster is deleted the same way: it is in the parametrization too).
@@ -31,14 +31,15 @@ AWS_KINDS = {
 }
 
 
-# Reconciles the withdrawal may take once it begins: one per layer of the Usage graph, and
-# one more before what a Usage used, while the Usage's finalizers still hold it (thirteen
-# for the full example: the add-on releases, their Usages, [held], cert-manager and the
-# roles, their Usages, [held], the CNI, its Usage of its role, [held], that role, its Usage
-# of the OIDC provider, [held], the provider; nineteen behind a Managed CloudFront issuer: then
-# the provider's Usage of the distribution, [held], the distribution, its Usages, [held], the
-# bucket and the origin access control), with room to spare.
-WITHDRAWAL_RECONCILES = 24
+# Reconciles the withdrawal may take once it begins. Each layer of the Usage graph takes six
+# with the InMemoryCrossplane's deletion delay of three: the users are dropped, gone from the
+# API server three reconciles later, then their Usages are dropped, held one more reconcile by
+# their finalizers, and then what they used is dropped. The full example has four such layers
+# (the add-on releases; cert-manager and the roles' attachments; the roles and the CNI; the CNI's
+# role; then the OIDC provider) and a Managed CloudFront issuer two more (the provider's Usage of
+# the distribution, the distribution's of the bucket and the origin access control), with room
+# to spare.
+WITHDRAWAL_RECONCILES = 48
 
 
 def _withdraw(world: InMemoryCrossplane) -> list[Reconcile]:
@@ -53,12 +54,14 @@ def _withdraw(world: InMemoryCrossplane) -> list[Reconcile]:
 
 
 def _assert_usage_order(world: InMemoryCrossplane, recs: list[Reconcile]) -> None:
-    """Nothing deleted while a Usage of it was there; each Usage after its user, before what it used."""
+    """Nothing deleted while a Usage of it or its user was there; each Usage once its user was
+    gone from the API server, what it used once the Usage was gone too."""
     assert world.deleted_in_use == []
     deleted_at = {n: r.step for r in recs for n in r.deleted}
     for usage, (by, of) in USAGE_ENDS.items():
         if usage in deleted_at:
             assert deleted_at[by] < deleted_at[usage] < deleted_at[of], (usage, deleted_at)
+    assert usage_order_problems(world) == []
 
 
 def _ready_world(scenario: Scenario) -> InMemoryCrossplane:
@@ -167,17 +170,20 @@ def test_a_deletion_settles_in_few_reconciles() -> None:
         sim = simulate.Simulator(
             *example(scenario.example) if scenario.mutate_xr is None else _mutated(scenario),
             settings=simulate.Settings(
-                steps=40, delete_cluster_at=14, crossplane_v1=scenario.crossplane_v1
+                steps=60, delete_cluster_at=14, crossplane_v1=scenario.crossplane_v1
             ),
         ).run()
         assert sim.ok, sim.problems()
         assert sim.deletion_recorded_at == (15 if scenario.crossplane_v1 else 14)
         assert sim.orphaned_at == sim.deletion_recorded_at + 1
         drops = {step for step, _ in sim.deletions}
-        # Gone from 18: seen gone at 18, confirmed at 19, withdrawn one layer per reconcile
-        # from 19, and a reconcile's pause before what a Usage used while the Usage's
-        # finalizers hold it: the full example's Usages chain nine layers deep.
-        assert drops == set(range(19, 32)) - {21, 24, 27, 30}
+        # Gone from 18: seen gone at 18, confirmed at 19, withdrawn from 19 in the full
+        # example's nine layers: users (gone from the API server three reconciles after
+        # their deletion), their Usages (held one more by their finalizers), what they used.
+        # 19 the Releases and what no Usage names a user of, 23 their Usages, 25 the roles,
+        # cert-manager and the bucket, 29 their Usages, 31 the CNI, 35 its Usage, 37 its role,
+        # 41 its Usage of the OIDC provider, 43 the provider.
+        assert drops == {19, 23, 25, 29, 31, 35, 37, 41, 43}
         assert sim.deleted_in_use == [] and sim.left == []
 
 
@@ -419,10 +425,13 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     # OIDC provider last.
     timeline = {line.split()[0]: line.split() for line in result.output.splitlines() if line}
     assert timeline["ebs-release"][-2:] == ["19", "forgotten"]
-    assert timeline["cni-release"][-2:] == ["25", "forgotten"]
-    assert timeline["irsa-oidc-provider"][-1] == "31"
-    assert "  over reconciles 19-31: 15, 15, 0, 6, 4, 0, 1, 1, 0, 1, 1, 0, 1\n" in result.output
-    assert "  deleted while a Usage of it was still there: none\n" in result.output
+    assert timeline["cni-release"][-2:] == ["31", "forgotten"]
+    assert timeline["irsa-oidc-provider"][-1] == "43"
+    assert (
+        "  over reconciles 19-43: 15, 0, 0, 0, 15, 0, 6, 0, 0, 0, 4, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, "
+        "0, 1, 0, 1\n"
+    ) in result.output
+    assert "  deleted while a Usage of it or its user was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
         "OK: the XR became Ready at reconcile 10 with every condition True; nothing deleted while "
         "the cluster existed, no uninstall, everything deleted in Usage order once it was gone"
@@ -455,14 +464,35 @@ def test_simulate_fails_a_deletion_while_a_usage_is_there() -> None:
         return rsp
 
     simulator = simulate.Simulator(
-        xr, required, settings=simulate.Settings(steps=40, delete_cluster_at=14)
+        xr, required, settings=simulate.Settings(steps=60, delete_cluster_at=14)
     )
     simulator.world.runner = drop_at_once
     sim = simulator.run()
     assert sim.deleted_in_use and not sim.ok
     assert sim.problems()[0].startswith(
-        "deleted while a Usage of it was still there (Crossplane's usage webhook refuses that): "
+        "deleted while a Usage of it, or the user a Usage of it named, was still there "
+        "(Crossplane's usage webhook refuses the one, the other breaks the order): "
     )
+
+
+def test_simulate_fails_a_withdrawal_that_does_not_wait_for_the_users_to_be_gone() -> None:
+    """A function told that every withdrawn user is already gone from the API server (as if it
+    dropped a Usage once Crossplane stopped observing its user) deletes what was used while the
+    users' finalizers still hold them: the run fails."""
+    xr, required = example("selfhosted-full")
+
+    def users_said_gone(req: Any) -> Any:
+        for usage in USAGE_ENDS:
+            req.required_resources[f"user-of/{usage}"].ClearField("items")  # resolved, empty
+        return fn.run(req)
+
+    simulator = simulate.Simulator(
+        xr, required, settings=simulate.Settings(steps=60, delete_cluster_at=14)
+    )
+    simulator.world.runner = users_said_gone
+    sim = simulator.run()
+    assert not sim.ok
+    assert {name for _, name in sim.deleted_in_use} >= {"ebs-role", "cni-release"}, sim.deleted_in_use
 
 
 def test_simulate_fails_a_deletion_the_function_never_sees() -> None:

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from function_tools.in_memory_crossplane import InMemoryCrossplane
-from tests.scenarios import EKS_ISSUER, EKS_PROVIDER, by_name, find, staged_control_plane
+from tests.scenarios import (
+    EKS_ISSUER,
+    EKS_PROVIDER,
+    by_name,
+    find,
+    staged_control_plane,
+    usage_order_problems,
+)
 
 
 def _control_plane(world: InMemoryCrossplane) -> dict[str, Any]:
@@ -117,10 +124,11 @@ def test_removing_an_add_on_withdraws_release_association_role_in_that_order() -
     assert world.xr_ready
     del world.xr["spec"]["storage"]
     gone: dict[str, int] = {}
-    for rec in world.run(12):
+    for rec in world.run(16):
         for name in rec.deleted:
             gone.setdefault(name, rec.step)
     assert world.deleted_in_use == []
+    assert usage_order_problems(world) == []
     assert gone["ebs-release"] < gone["ebs-role-association"] < gone["ebs-role"], gone
     assert gone["ebs-role-attachment"] < gone["ebs-role"], gone
     assert AGENT in world.composed  # still used by the other add-ons

@@ -431,7 +431,7 @@ def test_removing_external_dns_deletes_exactly_its_nodes_and_role_arn() -> None:
     world = converged("external-dns")
     before = set(world.composed)
     del world.xr["spec"]["dns"]
-    world.run(4)
+    world.run(12)
     gone = before - set(world.composed)
     assert gone == NODES | USAGES
     assert {name for _, name in world.deletions} == gone

@@ -8,7 +8,14 @@ import pytest
 
 from function.plan import USAGE_ENDS
 from function_tools.in_memory_crossplane import InMemoryCrossplane
-from tests.scenarios import SCENARIO_IDS, SCENARIOS, Scenario, by_name, staged_control_plane
+from tests.scenarios import (
+    SCENARIO_IDS,
+    SCENARIOS,
+    Scenario,
+    by_name,
+    staged_control_plane,
+    usage_order_problems,
+)
 
 
 def appearances(world: InMemoryCrossplane, steps: int, before=None) -> dict[str, int]:
@@ -179,17 +186,19 @@ def test_removing_a_plugin_deletes_exactly_its_nodes() -> None:
     rec = world.reconcile()
     assert "efs" not in world.xr["status"]["roleARNs"]
     assert "efs-csi" not in {p["name"] for p in world.xr["status"]["plugins"]}
-    recs = [rec, *world.run(5)]
+    recs = [rec, *world.run(12)]
     deleted_at = {n: r.step for r in recs for n in r.deleted}
     efs_nodes = {"efs-role", "efs-role-attachment", "efs-release"}
     efs_usages = {n for n in before_names if n.startswith("usage-") and "efs" in n}
     assert set(deleted_at) == efs_nodes | efs_usages
-    # In Usage order, one layer per reconcile: a Usage of a removed resource goes after
-    # its user and before the resource (Crossplane refuses to delete a used resource).
+    # In Usage order: a Usage of a removed resource goes once its user is gone from the API
+    # server, and the resource once the Usage is (Crossplane refuses to delete a used resource).
     for usage in efs_usages:
         by, of = USAGE_ENDS[usage]
         if of in deleted_at:
-            assert deleted_at[by] <= deleted_at[usage] < deleted_at[of], usage
+            assert deleted_at[by] < deleted_at[usage] < deleted_at[of], usage
+    assert usage_order_problems(world) == []
+    assert world.deleted_in_use == []
     assert deleted_at["efs-release"] == rec.step
     assert world.deletions == sorted((s, n) for n, s in deleted_at.items())
     assert world.xr_ready
@@ -219,13 +228,15 @@ def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
     }
     assert "cni-release" not in second.deleted
     assert "cni-release" in third.deleted
-    later = [n for r in world.run(3) for n in r.deleted]
+    # Then the CNI's own Usages, once the API server no longer has it, and its role.
+    later = [n for r in world.run(12) for n in r.deleted]
     assert not any(
         n in first.deleted + second.deleted + third.deleted + later
         for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
     )
-    assert all("cni-release" not in n for n in world.composed)
+    assert all("cni-release" not in n and "vpc-cni" not in n for n in world.composed)
     assert world.deleted_in_use == []
+    assert usage_order_problems(world) == []
 
 
 @pytest.mark.parametrize(
@@ -238,18 +249,30 @@ def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
 def test_a_used_resource_waits_until_no_usage_of_it_is_left_in_the_api_server(
     name: str, api_version: str, namespace: str | None
 ) -> None:
-    """Crossplane forgets a Usage it deletes at once, while its finalizers keep it (and the
-    usage webhook still counts it) a little longer: the function asks for the XR's Usages
-    by their label while something they may use is withdrawn, and only then."""
+    """Crossplane forgets what it deletes at once, while finalizers keep it a little longer: the
+    function keeps a Usage while its user is still in the API server (asked for by name), and
+    asks for the XR's Usages by their label while something they may use is withdrawn (the usage
+    webhook still counts a Usage being deleted), and only then."""
     world = by_name(name).world(staged=False)
     world.run(15)
     assert "usages" not in world.history[-1].response.requirements.resources
+    obj = world.composed["efs-release"].obj
+    release = (obj["apiVersion"], "Release", obj["metadata"]["name"])
     del world.xr["spec"]["storage"]["efs"]
-    recs = world.run(6)
+    recs = world.run(13)
     deleted_at = {n: r.step for r in recs for n in r.deleted}
     usage = "usage-efs-release-efs-role"
-    # The Usage went a reconcile after its user, and lingered through the next one.
-    assert deleted_at[usage] == deleted_at["efs-release"] + 1
+    gone_at = {n: s for s, n in world.gone}
+    # The Usage went once its user was gone from the API server (asked for by name meanwhile),
+    # and lingered through the next reconcile.
+    assert deleted_at[usage] == gone_at["efs-release"] > deleted_at["efs-release"] + 1
+    for r in recs:
+        if deleted_at["efs-release"] < r.step < deleted_at[usage]:
+            assert usage in r.desired
+            asked = r.response.requirements
+            sel = (asked.extra_resources if world.crossplane_v1 else asked.resources)[f"user-of/{usage}"]
+            assert (sel.api_version, sel.kind, sel.match_name) == release
+            assert (sel.namespace if sel.HasField("namespace") else None) == namespace
     held = next(r for r in recs if r.step == deleted_at[usage] + 1)
     assert "efs-role" in held.desired and "efs-role" not in held.deleted
     asked = held.response.requirements
@@ -263,6 +286,8 @@ def test_a_used_resource_waits_until_no_usage_of_it_is_left_in_the_api_server(
     # Done: nothing that may be used is withdrawn, nothing more is asked for.
     assert "usages" not in recs[-1].response.requirements.resources
     assert "usages" not in recs[-1].response.requirements.extra_resources
+    last = recs[-1].response.requirements
+    assert not [n for n in [*last.resources, *last.extra_resources] if n.startswith("user-of/")]
 
 
 def test_crossplane_v1_reads_only_extra_resources() -> None:

@@ -17,7 +17,7 @@ from function_tools import options
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
-    default=40,
+    default=60,  # simulate.Settings.steps (imported lazily, with the planner)
     show_default=True,
     help="Reconciles to play at most.",
 )
@@ -119,7 +119,8 @@ def simulate_cmd(
     if the XR is not Ready at the end (or never was), anything was deleted, or the
     function returned FATAL. With --delete-cluster-at it plays the cluster's deletion
     and exits 1 if anything was deleted while the cluster existed or while a Usage of it
-    was still there, a Release was uninstalled, or anything was left once it was gone.
+    (or its user) was still there, a Release was uninstalled, or anything was left once
+    it was gone.
     """
     from function.spec_base import InvalidInputError  # noqa: PLC0415
     from function_tools import input_files, resolve, simulate  # noqa: PLC0415
