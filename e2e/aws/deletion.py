@@ -10,9 +10,9 @@ with nothing refused by Crossplane's usage webhook.
   resource, and the composed resource a recorded call deletes, named the same way
   (``role demo-efs``, ``object <bucket>/<key>``...).
 - ``usage_order_problems``: for each Usage (by -> of) whose ``of`` was withdrawn: ``by`` was
-  marked for deletion before ``of``, and the Usage gone before ``of`` was marked (etcd
-  revisions); where both ends are AWS resources, every Delete call of ``by`` reached moto
-  before the first of ``of``.
+  gone before ``of`` was marked for deletion, and (withdrawn by the function) so was the
+  Usage (etcd revisions); where both ends are AWS resources, every Delete call of ``by``
+  reached moto before the first of ``of``.
 - ``refusals``: every trace of a refused deletion of the given objects: the webhook's debug
   log line, its annotation, and Warning events in the namespace that say "in-use".
 """
@@ -110,13 +110,10 @@ def deletions(calls: list[Call]) -> list[str]:
 
 @dataclass
 class Order:
-    """How the Usages' ends were withdrawn; ``checked`` names the (usage, evidence) pairs looked at,
-    ``overlaps`` the Usages whose ``of`` was marked for deletion while ``by``, already marked, was
-    still there (allowed: see ``usage_order_problems``)."""
+    """How the Usages' ends were withdrawn; ``checked`` names the (usage, evidence) pairs looked at."""
 
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
-    overlaps: list[str] = field(default_factory=list)
     # What the same evidence says against the Usages reversed (assert_withdrawn_in_usage_order).
     reversed_problems: list[str] = field(default_factory=list)
 
@@ -136,14 +133,12 @@ def usage_order_problems(
     """For each Usage whose ``of`` end was withdrawn (deleted from the control plane):
 
     - control plane, withdrawn by the function (a removed plugin, the cluster's own deletion):
-      ``by`` was marked for deletion (its first deletionTimestamp) before ``of`` was, and the
-      Usage was gone before ``of`` was marked (the function asks the API server for the
-      Usages still there before it lets a used resource go). That ``by`` was already gone
-      is not asked: Crossplane forgets a resource as soon as it deletes it and strips the
+      ``by`` was gone before ``of`` was marked for deletion (its first deletionTimestamp), and
+      so was the Usage. Crossplane forgets a resource as soon as it deletes it and strips the
       composite label from a Usage it deletes, so the Usage no longer waits for its user
-      (v2.4: DeletingComposedResourceGarbageCollector, the usage controller); the function
-      sees ``by`` unobserved and withdraws the Usage, then ``of``, while ``by``'s finalizers
-      may still hold it (``overlaps``);
+      (v2.4: DeletingComposedResourceGarbageCollector, the usage controller): the function
+      keeps the Usage while the API server still has ``by`` (asked for by name), and ``of``
+      while the API server still has a Usage of it;
     - control plane, ``collected`` (deleting the XR: the garbage collector deletes everything
       at once and the usage webhook holds back what is used): ``by`` was gone before ``of``
       was marked. The Usage itself may go a revision after: the usage controller takes the
@@ -164,16 +159,11 @@ def usage_order_problems(
         if of not in deleted:
             continue
         of_marked = deleting.get(of, deleted[of])
-        by_marked = deleting.get(by, deleted.get(by))
         out.checked.append(f"{name}: control plane")
-        if collected:
-            broken = [] if by in deleted and deleted[by] < of_marked else [f"{by} gone at {deleted.get(by)}"]
-        else:
-            broken = [] if by_marked is not None and by_marked < of_marked else [f"{by} at {by_marked}"]
+        broken = [] if by in deleted and deleted[by] < of_marked else [f"{by} gone at {deleted.get(by)}"]
+        if not collected:
             broken += [] if itself in deleted and deleted[itself] < of_marked else [f"the Usage gone at {deleted.get(itself)}"]
         out.problems += [f"{name}: {of} marked for deletion at revision {of_marked}, {b}" for b in broken]
-        if by in deleted and deleted[by] > of_marked:
-            out.overlaps.append(f"{name}: {of} marked at revision {of_marked}, {by} marked at {by_marked}, gone at {deleted[by]}")
         if by[0] in AWS_KINDS and of[0] in AWS_KINDS:
             out.checked.append(f"{name}: moto")
             out.problems += _moto_problems(name, composed[names[by]], composed[names[of]], moto_deletions)
@@ -275,7 +265,6 @@ def order_report(order: Order, calls: list[Call], composed: dict[str, dict[str, 
     named = "\n  ".join(named_deletions(deletions(calls), composed))
     return (
         f"moto's Delete calls, in order:\n  {named}\nUsage order checked: {order.checked}\n"
-        f"of marked while by, marked, was still there: {order.overlaps}\n"
         f"the reversed order refuted {len(order.reversed_problems)} times, "
         f"e.g. {order.reversed_problems[:2]}"
     )

@@ -31,6 +31,7 @@ from e2e.aws.deletion import (
     assert_withdrawn_in_usage_order,
     deletions,
     named_deletions,
+    order_report,
     refusals,
 )
 from e2e.aws.provider import AwsControlPlane, Moto, new_in
@@ -195,7 +196,7 @@ def test_once_the_cluster_is_gone_everything_is_withdrawn_in_usage_order(
     left = new_in(moto.snapshot(), deletion.held_before)
     assert not left, left
     order = assert_withdrawn_in_usage_order(aws_providers, NAMESPACE, deletion.before, set(deletion.before), calls)
-    print(f"Usage order checked: {order.checked}\nof marked while by, marked, was still there: {order.overlaps}\nthe reversed order refuted {len(order.reversed_problems)} times, e.g. {order.reversed_problems[:2]}")
+    print(order_report(order, calls, deletion.before))
     refused = refusals(aws_control_plane, aws_providers, deletion.before, NAMESPACE)
     assert not refused, "\n".join(refused)
 
