@@ -44,6 +44,9 @@ REQ_USAGES = "usages"
 # The user of a withdrawn Usage, asked for by name (this prefix and the Usage's
 # composition-resource-name) while the Usage is kept until its user is gone.
 REQ_USER_OF = "user-of/"
+# What the last layer of a withdrawal dropped, asked for by name (this prefix, then
+# <kind>/<name>) until the API server no longer has it.
+REQ_FINALIZING = "finalizing/"
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
 # CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
@@ -334,19 +337,20 @@ def usages_in_api(
     )
 
 
-def users_in_api(req: fnv1.RunFunctionRequest, namespace: str | None) -> dict[str, bool]:
-    """Usage name -> whether the API server still has its user, for each REQ_USER_OF resolved.
+def found_by_name(req: fnv1.RunFunctionRequest, namespace: str | None) -> dict[str, bool]:
+    """Requirement name -> whether the API server still has what was asked for by name.
 
-    ``namespace`` as for ``usages_in_api``. A Usage whose user's requirement Crossplane
-    has not resolved is left out.
+    For each REQ_USER_OF or REQ_FINALIZING requirement Crossplane resolved.
+
+    ``namespace`` as for ``usages_in_api`` (every composed resource is in the XR's).
     """
     out: dict[str, bool] = {}
     for resolved in (req.required_resources, req.extra_resources):
         for name in resolved:
-            if name.startswith(REQ_USER_OF) and name.removeprefix(REQ_USER_OF) not in out:
+            if name.startswith((REQ_USER_OF, REQ_FINALIZING)) and name not in out:
                 found = required_objects(req, name, namespace)
                 if found is not None:
-                    out[name.removeprefix(REQ_USER_OF)] = bool(found)
+                    out[name] = bool(found)
     return out
 
 

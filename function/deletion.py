@@ -21,15 +21,19 @@ the function watches the CAPI cluster itself and, call by call, decides:
   row finds it gone and every observed Release has been seen with the orphan
   policy.
 - ``DELETED``: then nothing is wanted any more, and what was composed is
-  withdrawn one layer per reconcile in Usage order, as a removed plugin is: a
-  resource is still emitted while a Usage of it is observed, a Usage while its
-  user is. Crossplane deletes what is no longer emitted in no particular order
+  withdrawn one layer at a time in Usage order, as a removed plugin is: a
+  resource is still emitted while a Usage of it is in the API server, a Usage
+  while its user is. Crossplane deletes what is no longer emitted in no particular order
   and stops at the first deletion its usage webhook refuses, so dropping it all
   at once would end in refused deletions and Usages deleted before their users.
   The Releases, which nothing uses, go first and are forgotten without an
-  uninstall; then the AWS resources, layer by layer. The XR stays empty until a
-  Cluster of that name appears again once everything is gone (a new Cluster that
-  appears during the withdrawal waits for its end): then it starts from scratch.
+  uninstall; then the AWS resources, layer by layer. What the last layer leaves
+  the API server still holds while its provider deletes it (Crossplane no longer
+  observes it): the record lists it (``finalizing``) and the function asks for it by
+  name until it is gone; only then is the cluster's deletion over (ClusterDeleted).
+  The XR stays empty until a Cluster of that name appears again once everything is
+  gone (a new Cluster that appears during the withdrawal waits for its end): then it
+  starts from scratch.
 
 The record (``status.clusterDeletion``) is the function's only memory between
 calls: it is read from the observed XR and written again on every call.
@@ -40,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -51,6 +55,21 @@ from function.flavour import Flavour
 
 STATUS_FIELD = "clusterDeletion"
 DELETING, GONE, DELETED = "Deleting", "Gone", "Deleted"
+
+
+class Finalizing(NamedTuple):
+    """A resource the withdrawal dropped last, perhaps still in the API server.
+
+    In the XR's namespace, or cluster-scoped for a legacy XR, as every composed resource.
+    """
+
+    api_version: str
+    kind: str
+    name: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The status entry."""
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
 
 
 class Stage(Enum):
@@ -70,10 +89,15 @@ class Record:
     name: str
     uid: str
     phase: str  # Deleting | Gone | Deleted
+    # Deleted: what the last layer of the withdrawal left to its providers, until gone.
+    finalizing: tuple[Finalizing, ...] = ()
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         """The status entry."""
-        return {"name": self.name, "uid": self.uid, "phase": self.phase}
+        out: dict[str, Any] = {"name": self.name, "uid": self.uid, "phase": self.phase}
+        if self.finalizing:
+            out["finalizing"] = [f.as_dict() for f in self.finalizing]
+        return out
 
 
 @dataclass(frozen=True)
@@ -107,7 +131,14 @@ def read_record(xr: struct_pb2.Struct, cluster_name: str) -> Record | None:
     phase = structs.str_at(rec, "phase")
     if phase not in {DELETING, GONE, DELETED}:
         return None
-    return Record(cluster_name, structs.str_at(rec, "uid") or "", phase)
+    finalizing = []
+    listed = rec.fields["finalizing"] if "finalizing" in rec.fields else None
+    for item in listed.list_value.values if listed is not None else ():
+        entry = item.struct_value
+        api, kind, name = (structs.str_at(entry, k) for k in ("apiVersion", "kind", "name"))
+        if api and kind and name:
+            finalizing.append(Finalizing(api, kind, name))
+    return Record(cluster_name, structs.str_at(rec, "uid") or "", phase, tuple(finalizing))
 
 
 def all_releases_orphaned(resources: Mapping[str, fnv1.Resource], flavour: Flavour) -> bool:
@@ -130,7 +161,8 @@ def assess(  # noqa: PLR0911  # one return per stage, in the order they are deci
     uid = facts.cluster_uid or ""
     replaced = bool(record is not None and record.uid and uid and uid != record.uid)
     if record is not None and record.phase == DELETED:
-        if facts.found and (replaced or not facts.deleting) and not resources:
+        gone = not resources and not record.finalizing
+        if facts.found and (replaced or not facts.deleting) and gone:
             # A cluster of that name again, and the old one's resources all gone.
             return Assessment(Stage.PRESENT)
         return Assessment(Stage.DELETED, record)

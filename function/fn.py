@@ -141,7 +141,7 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
     observed = Observed(
         req.observed.resources,
         cluster.usages_in_api(req, usages_namespace),
-        cluster.users_in_api(req, usages_namespace),
+        cluster.found_by_name(req, usages_namespace),
     )
     plan = build_plan(accepted.context(facts, observed), xr)
     _write(rsp, plan, accepted.step, target)

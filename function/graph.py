@@ -272,15 +272,15 @@ class Observed:
         self,
         resources: Mapping[str, fnv1.Resource],
         used_in_api: frozenset[tuple[str, str, str]] | None = None,
-        users_in_api: Mapping[str, bool] | None = None,
+        found_by_name: Mapping[str, bool] | None = None,
     ) -> None:
         self._resources = resources
         # (apiVersion, kind, name) of what the Usages that exist in the API server use,
         # Crossplane's forgotten ones included; None when the function did not ask for them.
         self.used_in_api = used_in_api
-        # A kept Usage's name -> whether its user (which Crossplane no longer observes once
-        # it deleted it) is still in the API server; only the Usages whose user was asked for.
-        self.users_in_api: Mapping[str, bool] = users_in_api or {}
+        # Requirement name -> whether the API server still has what the planner asked for by
+        # name (cluster.REQ_USER_OF, REQ_FINALIZING): deleted, Crossplane no longer observes it.
+        self.found_by_name: Mapping[str, bool] = found_by_name or {}
         self._objs: dict[str, struct_pb2.Struct | None] = {}
         self._ready: dict[str, bool] = {}
         self._upgraded: dict[str, bool] = {}

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import deletion, registry, structs
-from function.cluster import REQ_USAGES, REQ_USER_OF, Selector
+from function.cluster import REQ_FINALIZING, REQ_USAGES, REQ_USER_OF, Selector
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
     CallContext,
@@ -324,13 +324,25 @@ def _user_in_api(ctx: CallContext, plan: Plan, usage: str) -> bool:
     name = structs.str_at(by, "resourceRef", "name") if by is not None else None
     if by is None or name is None:
         return False  # a Usage that names no user holds nothing back
-    plan.requirements[REQ_USER_OF + usage] = Selector(
-        structs.str_at(by, "apiVersion") or "",
-        structs.str_at(by, "kind") or "",
-        match_name=name,
+    return _in_api(
+        ctx,
+        plan,
+        REQ_USER_OF + usage,
+        (structs.str_at(by, "apiVersion") or "", structs.str_at(by, "kind") or "", name),
+    )
+
+
+def _in_api(ctx: CallContext, plan: Plan, requirement: str, ref: tuple[str, str, str]) -> bool:
+    """Whether the API server may still have ``ref``, asked for by name under ``requirement``.
+
+    True until Crossplane has answered.
+    """
+    plan.requirements[requirement] = Selector(
+        *ref[:2],
+        match_name=ref[2],
         namespace=ctx.facts.namespace if ctx.flavour.namespaced else None,
     )
-    return ctx.observed.users_in_api.get(usage, True)
+    return ctx.observed.found_by_name.get(requirement, True)
 
 
 def _usages_selector(ctx: CallContext, composite: str) -> Selector:
@@ -476,8 +488,10 @@ def _withdrawal_plan(
 ) -> Plan:
     """Nothing wanted: what was composed is withdrawn in Usage order, then nothing is composed.
 
-    PluginsReady says ClusterDeleting while anything composed is still observed and
-    ClusterDeleted once nothing is: only then is it safe to delete the XR and done.
+    PluginsReady says ClusterDeleting while anything composed is still observed, or still
+    in the API server after the last layer (the record's ``finalizing``, asked for by name:
+    Crossplane forgets what it deletes while its provider still deletes it), and
+    ClusterDeleted once nothing is: then everything is gone, and the XR can go.
     """
     name = f"{ctx.facts.namespace}/{ctx.spec.cluster_name}"
     uid = assessment.record.uid if assessment.record is not None else ""
@@ -485,20 +499,26 @@ def _withdrawal_plan(
     plan = Plan(held_back=True)
     _withdraw_in_usage_order(ctx, plan, set(), _composite(xr))
     left = len(ctx.observed.names())
+    finalizing = _finalizing(ctx, plan, assessment.record)
     plan.status = {"plugins": []}
-    record = deletion.status(assessment)
-    if record is not None:
-        plan.status[deletion.STATUS_FIELD] = record
-    if left:
+    if assessment.record is not None:
+        record = dataclasses.replace(assessment.record, finalizing=tuple(finalizing))
+        plan.status[deletion.STATUS_FIELD] = record.as_dict()
+    if left or finalizing:
+        listed = ", ".join(f"{f.kind} {f.name}" for f in finalizing)
+        done = (
+            f"{left} composed resource(s) left: {left - len(plan.resources)} being deleted, "
+            f"{len(plan.resources)} kept until what uses them is gone"
+            if left
+            else f"{len(finalizing)} still being deleted by their providers: {listed}"
+        )
         reason = CLUSTER_DELETING
         summary = ConditionOut(
             "PluginsReady",
             "False",
             reason,
             f"{gone}: what this ClusterPlugin composed is being deleted in Usage order, one "
-            f"layer at a time (the Releases without an uninstall); {left} composed "
-            f"resource(s) left: {left - len(plan.resources)} being deleted, "
-            f"{len(plan.resources)} kept until what uses them is gone",
+            f"layer at a time (the Releases without an uninstall); {done}",
             event="Warning",
         )
     else:
@@ -519,9 +539,29 @@ def _withdrawal_plan(
         if a.condition is not None
     ]
     # Quiet once everything is gone: only a new cluster changes anything.
-    plan.all_ready = not left
+    plan.all_ready = not left and not finalizing
     _transitions(xr, plan)
     return plan
+
+
+def _finalizing(
+    ctx: CallContext, plan: Plan, record: deletion.Record | None
+) -> list[deletion.Finalizing]:
+    """What the withdrawal's last layer left that the API server may still have.
+
+    The record's entries not yet seen gone, and, once this call keeps nothing, what it drops.
+    """
+    out = [
+        f
+        for f in (record.finalizing if record is not None else ())
+        if _in_api(ctx, plan, f"{REQ_FINALIZING}{f.kind}/{f.name}", f)
+    ]
+    if not plan.resources:
+        for name in ctx.observed.names():
+            ref = ctx.observed.ref(name)
+            if ref is not None and deletion.Finalizing(*ref) not in out:
+                out.append(deletion.Finalizing(*ref))
+    return out
 
 
 def _composite(xr: struct_pb2.Struct) -> str:

@@ -169,6 +169,11 @@ class StepRecord:
     fatal: str | None = None
 
     @property
+    def cluster_deleting(self) -> bool:
+        """Whether the function said its cluster's deletion is not over (ClusterDeleting)."""
+        return any(c.startswith(f"PluginsReady=False ({CLUSTER_DELETING})") for c in self.not_true)
+
+    @property
     def quiet(self) -> bool:
         """Nothing changed in this reconcile."""
         return not (
@@ -381,22 +386,29 @@ class Simulation:
                 "the Releases did not all take the orphan policy within two reconciles of "
                 f"the deletion being seen (reconcile {self.deletion_recorded_at})"
             )
+        end = self._withdrawal_end_problem(gone_at)
+        return out + ([end] if end is not None else [])
+
+    def _withdrawal_end_problem(self, gone_at: int) -> str | None:
+        """What is wrong with how the run ended, if anything, once the cluster was to go."""
+        if self.last_step < gone_at:
+            return f"the run ended before the cluster was gone (reconcile {gone_at})"
         # The withdrawal holds a layer while what it deleted lingers, so quiet reconciles do
         # not mean it is over: the function says whether it is (ClusterDeleting).
-        last = self.steps[-1] if self.steps else None
-        withdrawing = last is not None and any(
-            c.startswith(f"PluginsReady=False ({CLUSTER_DELETING})") for c in last.not_true
-        )
-        if self.last_step >= gone_at and self.left and withdrawing:
-            out.append(
+        withdrawing = bool(self.steps) and self.steps[-1].cluster_deleting
+        if self.left and withdrawing:
+            return (
                 f"the run ended while {len(self.left)} composed resource(s) were still being "
                 "deleted in Usage order: play more reconciles (--steps)"
             )
-        elif self.last_step >= gone_at and self.left:
-            out.append(f"{len(self.left)} composed resource(s) left after the cluster was gone")
-        elif self.last_step < gone_at:
-            out.append(f"the run ended before the cluster was gone (reconcile {gone_at})")
-        return out
+        if self.left:
+            return f"{len(self.left)} composed resource(s) left after the cluster was gone"
+        if withdrawing:
+            return (
+                "the run ended while what was deleted last was still being deleted by its "
+                "providers: play more reconciles (--steps)"
+            )
+        return None
 
     @property
     def ok(self) -> bool:
@@ -620,8 +632,13 @@ class Simulator:
 
     def _settled(self, rec: StepRecord) -> bool:
         s = self.settings
-        # A deletion run settles once the cluster is gone and nothing is left.
-        done = rec.xr_ready if s.delete_cluster_at is None else not self.world.composed
+        # A deletion run settles once the cluster is gone and nothing is left, not even what
+        # Crossplane forgot while its provider still deletes it (the function says so).
+        done = (
+            rec.xr_ready
+            if s.delete_cluster_at is None
+            else not self.world.composed and not rec.cluster_deleting
+        )
         self._quiet_run = self._quiet_run + 1 if rec.quiet and done else 0
         pending = max(
             [s.initialized_at, s.available_at, *(f.end for f in s.faults), s.cluster_gone_at or 0]

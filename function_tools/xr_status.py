@@ -80,6 +80,14 @@ class ClusterDeletionPhase(StrEnum):
     DELETED = "Deleted"
 
 
+class FinalizingResource(_Status):
+    """A resource the withdrawal deleted last that its provider may still be deleting."""
+
+    api_version: str | None = Field(default=None, alias="apiVersion", description="Its apiVersion.")
+    kind: str | None = Field(default=None, description="Its kind.")
+    name: str | None = Field(default=None, description="Its name.")
+
+
 class ClusterDeletion(_Status):
     """``status.clusterDeletion``."""
 
@@ -92,6 +100,13 @@ class ClusterDeletion(_Status):
             "uninstall) and the AWS resources kept. Gone: the Cluster is no longer found. "
             "Deleted: everything composed is deleted in Usage order, the Releases without an "
             "uninstall (PluginsReady turns ClusterDeleted once nothing is left)."
+        ),
+    )
+    finalizing: list[FinalizingResource] | None = Field(
+        default=None,
+        description=(
+            "Deleted: what the last layer of the withdrawal left to its providers (Crossplane "
+            "no longer observes it), asked for by name until the API server no longer has it."
         ),
     )
 

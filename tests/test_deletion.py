@@ -64,6 +64,19 @@ def _assert_usage_order(world: InMemoryCrossplane, recs: list[Reconcile]) -> Non
     assert usage_order_problems(world) == []
 
 
+def _started_again(world: InMemoryCrossplane, last: list[str]) -> Reconcile:
+    """Reconcile a new cluster's XR until it composes again: the reconcile after the first
+    that found the old cluster's last layer (``last``, composition-resource-names) gone from
+    the API server (that one says ClusterDeleted), never before."""
+    for _ in range(world.deletion_delay + 2):
+        rec = world.reconcile()
+        if rec.created:
+            break
+    assert rec.created
+    assert rec.step == max(step for step, name in world.gone if name in last) + 1
+    return rec
+
+
 def _ready_world(scenario: Scenario) -> InMemoryCrossplane:
     world = scenario.world(staged=False)
     world.run(20)
@@ -153,7 +166,23 @@ def test_cluster_first_orphan_keep_then_drop_without_uninstall(scenario: Scenari
         assert "being deleted in Usage order" in summary.message
     assert _record(world)["phase"] == "Deleted"
     assert kube_schema.xr_status_errors(world.xr["kind"], world.xr["status"]) == []
-    world.reconcile()  # nothing is left: the end is seen
+    # Crossplane observes nothing, but its provider still deletes the last layer: the record
+    # lists it, the function asks for it by name, and says ClusterDeleted once it is gone.
+    last = set(recs[-1].deleted)
+    finalizing = _record(world)["finalizing"]
+    assert len(finalizing) == len(last) and all(set(f) == {"apiVersion", "kind", "name"} for f in finalizing)
+    for _ in range(world.deletion_delay + 1):
+        rec = world.reconcile()
+        summary = next(c for c in rec.response.conditions if c.type == "PluginsReady")
+        if summary.reason == "ClusterDeleted":
+            break
+        assert "still being deleted by their providers" in summary.message
+        asked = rec.response.requirements
+        asked_names = set(asked.extra_resources if world.crossplane_v1 else asked.resources)
+        assert {f"finalizing/{f['kind']}/{f['name']}" for f in finalizing} <= asked_names
+    # The first reconcile the API server no longer had any of them.
+    assert rec.step == max(step for step, name in world.gone if name in last)
+    assert "finalizing" not in _record(world)
     cond = _condition(world, "PluginsReady")
     assert (cond["status"], cond["reason"]) == ("False", "ClusterDeleted")
     assert world.xr["status"]["plugins"] == [] and "roleARNs" not in world.xr["status"]
@@ -306,7 +335,7 @@ def test_a_replacement_cluster_found_before_the_old_one_was_seen_gone() -> None:
     assert {n for r in recs for n in r.deleted} == old
     assert all(r.fatal is None and r.created == [] for r in recs)
     _assert_usage_order(world, recs)
-    assert world.reconcile().created
+    _started_again(world, recs[-1].deleted)
     world.run(20)
     assert world.xr_ready and _record(world) is None
     assert world.uninstalls == [] and world.hung == []
@@ -329,8 +358,8 @@ def test_a_new_cluster_that_appears_during_the_withdrawal_waits_for_its_end(afte
     assert all(r.created == [] for r in recs)
     _assert_usage_order(world, recs)
     assert _record(world)["phase"] == "Deleted"
-    started = world.reconcile()
-    assert started.created and _record(world) is None
+    started = _started_again(world, recs[-1].deleted)
+    assert _record(world) is None
     world.run(20)
     assert world.xr_ready and world.uninstalls == [] and world.hung == []
     # Everything composed anew (the InMemoryCrossplane names a resource after its XR and name alike, so
@@ -450,6 +479,26 @@ def test_simulate_fails_a_withdrawal_cut_short_and_says_why() -> None:
             "in Usage order: play more reconciles (--steps)"
         )
     ]
+
+
+LAST_LAYER_CUT_SHORT = (
+    "the run ended while what was deleted last was still being deleted by its providers: play "
+    "more reconciles (--steps)"
+)
+
+
+def test_simulate_fails_a_run_that_ends_while_the_last_layer_is_still_being_deleted() -> None:
+    """Crossplane observes nothing from reconcile 44, but the OIDC provider it deleted at 43
+    is in the API server through 46: the function says ClusterDeleted at 47, not before."""
+    xr, required = example("selfhosted-full")
+    for steps, problems in [
+        (46, [LAST_LAYER_CUT_SHORT]),
+        (47, []),
+    ]:
+        sim = simulate.Simulator(
+            xr, required, settings=simulate.Settings(steps=steps, delete_cluster_at=14)
+        ).run()
+        assert sim.left == [] and sim.problems() == problems, (steps, sim.problems())
 
 
 def test_simulate_fails_a_deletion_while_a_usage_is_there() -> None:

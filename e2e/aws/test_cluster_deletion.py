@@ -12,9 +12,9 @@ plane, infrastructure and Secrets, and provider-helm can no longer reach the wor
   the control plane and in the order of moto's Delete calls; nothing is uninstalled, nothing
   hangs; the XR goes through the phases Deleting, (Gone,) Deleted and ends ``ClusterDeleted``
   with nothing composed; moto holds nothing the XR made; the usage webhook refused nothing.
-  ``ClusterDeleted`` comes once Crossplane observes nothing: the last layer, which Crossplane
-  forgets as soon as it deletes it, may then still be held a moment by provider-aws's
-  finalizer (seen: the OIDC provider, for about a second), but is already marked for deletion.
+  ``ClusterDeleted`` comes once the API server holds nothing composed: the last layer, which
+  Crossplane forgets as soon as it deletes it while provider-aws's finalizer still holds it
+  (the OIDC provider, for about a second), is asked for by name until it is gone.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class Said:
     reason: str
     message: str
     left: list[str]  # composed resources the API server still held
-    unmarked: list[str]  # those of them not marked for deletion
     at: float
 
 
@@ -151,9 +150,8 @@ def test_once_the_cluster_is_gone_everything_is_withdrawn_in_usage_order(
     def all_deleted() -> bool:
         summary = _summary(deletion.read())
         left = [o for a, k, n in names if (o := kube.get(a, k, n, NAMESPACE)) is not None]
-        unmarked = [f"{o['kind']} {o['metadata']['name']}" for o in left if not o["metadata"].get("deletionTimestamp")]
         held = [f"{o['kind']} {o['metadata']['name']}" for o in left]
-        said.append(Said(str(summary.get("reason")), str(summary.get("message")), held, unmarked, time.monotonic()))
+        said.append(Said(str(summary.get("reason")), str(summary.get("message")), held, time.monotonic()))
         return not left
 
     kube.wait_for(all_deleted, "everything composed deleted through provider-aws", timeout_s=WITHDRAW_S, interval_s=1)
@@ -170,13 +168,12 @@ def test_once_the_cluster_is_gone_everything_is_withdrawn_in_usage_order(
 
     # What the XR said along the way.
     assert any(w.reason == "ClusterDeleting" and "being deleted in Usage order" in w.message for w in said), said
-    # ClusterDeleted once Crossplane observes nothing: what it deleted last (forgotten at once)
-    # may still be held by provider-aws's finalizer for a moment, but is marked for deletion:
-    # deleting the XR then leaves nothing behind.
-    assert not [w for w in said if w.reason == "ClusterDeleted" and w.unmarked], said
-    early = [w for w in said if w.reason == "ClusterDeleted" and w.left]
-    if early:
-        print(f"ClusterDeleted said {said[-1].at - early[0].at:.1f}s before the last composed resource was gone (left, marked: {early[0].left})")
+    # ClusterDeleted only once the API server holds nothing composed: what Crossplane deleted
+    # last (and forgot at once) is listed in status.clusterDeletion.finalizing and asked for
+    # by name while provider-aws's finalizer still holds it.
+    assert not [w for w in said if w.reason == "ClusterDeleted" and w.left], said
+    finalizing = [w for w in said if "still being deleted by their providers" in w.message]
+    print(f"readings while the last layer was finalizing: {len(finalizing)} ({finalizing[0].left if finalizing else []})")
     record = {"name": composite.capi.name, "uid": composite.capi.uid, "phase": "Deleted"}
     assert xr["status"]["clusterDeletion"] == record, xr["status"]
     seen = deletion.seen_phases()

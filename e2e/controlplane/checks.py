@@ -34,7 +34,11 @@ def gone_without_efs(composite: Composite, observed: dict[str, dict[str, Any]]) 
     the names the real control plane must delete, and only EFS's."""
     world = world_for(composite, observed=observed)
     del world.xr["spec"]["storage"]["efs"]
-    world.run(6)
+    # Until the withdrawal is over: no deletion while what was deleted last could still hold
+    # the next layer back (it stays in the in-memory API server for deletion_delay reconciles).
+    quiet = 0
+    while quiet <= world.deletion_delay + 2 and world.step < 60:
+        quiet = 0 if world.reconcile().deleted else quiet + 1
     gone = set(observed) - set(world.composed)
     assert gone and all("efs" in n for n in gone), gone
     return gone
