@@ -114,6 +114,12 @@ def _end(ref: dict[str, Any]) -> tuple[str, str, str]:
     return ref.get("apiVersion", ""), ref.get("kind", ""), name
 
 
+def _usage_ends(usage: dict[str, Any]) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+    """(by, of) of a Usage, each as ``_end`` gives it."""
+    spec = usage.get("spec", {})
+    return _end(spec.get("by", {})), _end(spec.get("of", {}))
+
+
 def orphaned(release: dict[str, Any]) -> bool:
     """Whether deleting this Release forgets it instead of uninstalling it."""
     spec = release.get("spec", {})
@@ -468,10 +474,8 @@ class InMemoryCrossplane:
                 c = self._create(name, body)
                 rec.created.append(name)
             if c.obj.get("kind") == "Usage":
-                spec = c.obj.get("spec", {})
-                self.users_of.setdefault(_end(spec.get("of", {})), set()).add(
-                    _end(spec.get("by", {}))
-                )
+                by, of = _usage_ends(c.obj)
+                self.users_of.setdefault(of, set()).add(by)
             all_ready = all_ready and r.ready == fnv1.READY_TRUE
         self._write_xr(rsp, all_ready=all_ready)
         rec.xr_ready = self.xr_ready
@@ -488,8 +492,7 @@ class InMemoryCrossplane:
         for name in sorted(set(self.composed) - desired):
             c = self.composed[name]
             if c.obj.get("kind") == "Usage":
-                spec = c.obj.get("spec", {})
-                by, of = _end(spec.get("by", {})), _end(spec.get("of", {}))
+                by, of = _usage_ends(c.obj)
                 if by in staying:
                     # Withdrawn while its user stays: what it used may go before that user.
                     self.users_of.get(of, set()).discard(by)
@@ -524,7 +527,7 @@ class InMemoryCrossplane:
 
     def _used(self) -> set[tuple[str, str, str]]:
         """(apiVersion, kind, name) of every resource a Usage in the API server uses."""
-        return {_end(usage.get("spec", {}).get("of", {})) for usage in self._usages()}
+        return {_usage_ends(usage)[1] for usage in self._usages()}
 
     def _create(self, name: str, body: dict[str, Any]) -> Composed:
         meta = body.setdefault("metadata", {})
