@@ -306,3 +306,26 @@ def _usage_head(api_version: str, reason: str) -> bytes:
         }
     )
     return head.SerializeToString(deterministic=True)
+
+
+def carried_over(observed: struct_pb2.Struct) -> struct_pb2.Struct:
+    """The parts of an observed resource to carry over unchanged into desired."""
+    out = struct_pb2.Struct()
+    for key in ("apiVersion", "kind"):
+        if key in observed.fields:
+            out.fields[key].CopyFrom(observed.fields[key])
+    ext = structs.str_at(observed, "metadata", "annotations", EXTERNAL_NAME)
+    if ext:
+        out.fields["metadata"].struct_value.fields["annotations"].struct_value.fields[
+            EXTERNAL_NAME
+        ].string_value = ext
+    # A Usage's label: Crossplane applies desired state with server-side apply, so a label
+    # left out here would be removed, and the Usage no longer found (cluster.REQ_USAGES).
+    composite = structs.str_at(observed, "metadata", "labels", USAGE_COMPOSITE_LABEL)
+    if composite:
+        out.fields["metadata"].struct_value.fields["labels"].struct_value.fields[
+            USAGE_COMPOSITE_LABEL
+        ].string_value = composite
+    if "spec" in observed.fields:
+        out.fields["spec"].CopyFrom(observed.fields["spec"])
+    return out

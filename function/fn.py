@@ -16,10 +16,9 @@ import grpc
 from crossplane.function import logging, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from google.protobuf import struct_pb2
 
 from function import accept, cluster, structs
-from function.flavour import EXTERNAL_NAME, USAGE_COMPOSITE_LABEL
+from function.flavour import carried_over
 from function.graph import Observed
 from function.plan import Plan, build_plan
 from function.spec_base import InvalidInputError
@@ -31,29 +30,6 @@ _CONDITION_STATUS = {
     "Unknown": fnv1.STATUS_CONDITION_UNKNOWN,
 }
 _SEVERITY = {"Normal": fnv1.SEVERITY_NORMAL, "Warning": fnv1.SEVERITY_WARNING}
-
-
-def _carried_struct(observed: struct_pb2.Struct) -> struct_pb2.Struct:
-    """The parts of an observed resource to carry over unchanged into desired."""
-    out = struct_pb2.Struct()
-    for key in ("apiVersion", "kind"):
-        if key in observed.fields:
-            out.fields[key].CopyFrom(observed.fields[key])
-    ext = structs.str_at(observed, "metadata", "annotations", EXTERNAL_NAME)
-    if ext:
-        out.fields["metadata"].struct_value.fields["annotations"].struct_value.fields[
-            EXTERNAL_NAME
-        ].string_value = ext
-    # A Usage's label: Crossplane applies desired state with server-side apply, so a label
-    # left out here would be removed, and the Usage no longer found (plan.REQ_USAGES).
-    composite = structs.str_at(observed, "metadata", "labels", USAGE_COMPOSITE_LABEL)
-    if composite:
-        out.fields["metadata"].struct_value.fields["labels"].struct_value.fields[
-            USAGE_COMPOSITE_LABEL
-        ].string_value = composite
-    if "spec" in observed.fields:
-        out.fields["spec"].CopyFrom(observed.fields["spec"])
-    return out
 
 
 def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: Any) -> None:
@@ -69,7 +45,7 @@ def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: A
         elif body is not None:
             body(r.resource)  # a StructWriter
         elif d.carried is not None:
-            r.resource.CopyFrom(_carried_struct(d.carried))
+            r.resource.CopyFrom(carried_over(d.carried))
         r.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
 
     composite = rsp.desired.composite

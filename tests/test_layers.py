@@ -95,6 +95,16 @@ def test_layers() -> None:
         assert "function.fn" not in _reaches(graph, command), command
 
 
+# The style's limit on the runner (docs/architecture.md, "The layers"): what it grows by
+# belongs in the module that owns it.
+RUNNER_MAX_LINES = 200
+
+
+def test_the_runner_stays_thin() -> None:
+    lines = (ROOT / "function" / "fn.py").read_text().count("\n")
+    assert lines <= RUNNER_MAX_LINES, f"function/fn.py has {lines} lines"
+
+
 def _all_imports(path: Path) -> set[str]:
     """Every module ``path`` imports, at module level or inside a function."""
     out: set[str] = set()
