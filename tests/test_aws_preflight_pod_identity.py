@@ -220,3 +220,18 @@ def test_an_unreachable_workload_cluster_is_a_warning(server: h.MotoServer, tmp_
     assert _checks(report)["pod-identity/leftovers"].startswith(
         "warn: could not read the workload cluster's ServiceAccounts: https://127.0.0.1:1: "
     )
+
+
+def test_the_pod_identity_flags_are_refused_outside_pod_identity(tmp_path: Path) -> None:
+    """Read only for PodIdentity: elsewhere a flag nothing reads is refused in one line."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    selfhosted = h.EXAMPLES / "selfhosted-full"
+    argv = ["preflight", str(selfhosted / "xr.yaml"), "--required", str(selfhosted / "required")]
+    r = CliRunner().invoke(aws, [*argv, "--workload-kubeconfig", str(kubeconfig)])
+    assert r.exit_code == 2, r.output
+    said = "--workload-kubeconfig is read only with spec.irsa.mode PodIdentity (this XR's is"
+    assert r.output.strip().splitlines() == [f"Error: {said} SelfHosted): leave it out"]
+    r = CliRunner().invoke(aws, [*argv, "--node-role", "n", "--workload-kubeconfig", str(kubeconfig)])
+    assert r.exit_code == 2, r.output
+    assert "--node-role and --workload-kubeconfig are read only with" in r.output

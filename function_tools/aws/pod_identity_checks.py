@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 
 from function.names import Partition
 from function.policies import managed_policy_arn
+from function.spec_base import IRSAMode
 from function_tools.aws.checks import Check, Status, absent, code, denied, plural
 
 ACTION = "eks-auth:AssumeRoleForPodIdentity"
@@ -32,6 +33,22 @@ ACTION = "eks-auth:AssumeRoleForPodIdentity"
 # (AWSManagedMachinePool without spec.roleName).
 DEFAULT_NODE_ROLE = "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io"
 WORKER_NODE_POLICY = "policy/AmazonEKSWorkerNodePolicy"
+
+
+def flags_outside_pod_identity(mode: IRSAMode, flags: Mapping[str, bool]) -> str | None:
+    """Why preflight refuses the Pod Identity flags given (``flags``: name -> given), or None.
+
+    They are read only with ``spec.irsa.mode: PodIdentity``: elsewhere nothing would read
+    them, and a flag silently ignored reads as a check that passed.
+    """
+    given = [name for name, on in flags.items() if on]
+    if mode is IRSAMode.POD_IDENTITY or not given:
+        return None
+    return (
+        f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
+        f"spec.irsa.mode PodIdentity (this XR's is {mode.value}): leave "
+        f"{'it' if len(given) == 1 else 'them'} out"
+    )
 
 
 def _documents(iam: Any, role: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -94,6 +94,7 @@ def preflight_cmd(
         from function_tools.aws import preflight as pf  # noqa: PLC0415
         from function_tools.aws.clients import make_clients  # noqa: PLC0415
         from function_tools.aws.cloudfront_checks import https_fetch  # noqa: PLC0415
+        from function_tools.aws.pod_identity_checks import flags_outside_pod_identity  # noqa: PLC0415
         from function_tools.aws.workload_cluster import (  # noqa: PLC0415
             KubeconfigError,
             WorkloadCluster,
@@ -117,6 +118,12 @@ def preflight_cmd(
             public_key=sa_public_key.read_bytes() if sa_public_key else None,
             public_key_source=str(sa_public_key) if sa_public_key else "",
         )
+        outside = flags_outside_pod_identity(
+            target.spec.irsa.mode,
+            {"--node-role": bool(node_roles), "--workload-kubeconfig": bool(workload_kubeconfig)},
+        )
+        if outside is not None:
+            raise options.InputError(outside)
         workload = WorkloadCluster(workload_kubeconfig) if workload_kubeconfig else None
     except (InputFileError, InvalidInputError, RegionError, KubeconfigError) as err:
         raise options.InputError(str(err)) from err
