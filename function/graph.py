@@ -148,6 +148,9 @@ class Plugin:
     role: Role | None = None
     # Said in the plugin's status message even when it is Ready (e.g. a fallback taken).
     note: str = ""
+    # What a plugin without nodes of its own waits for (something another controller
+    # installs): its phase follows this gate, never Ready while it waits.
+    waits_for: Gate | None = None
 
 
 ValuesPath = tuple[str, ...]

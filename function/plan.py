@@ -168,6 +168,8 @@ def _is_release(obj: struct_pb2.Struct) -> bool:
 def _plugin_status(
     ctx: CallContext, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]
 ) -> PluginStatus:
+    if plugin.waits_for is not None and not plugin.nodes:
+        return _noted(plugin, _waits_for_another(plugin, plugin.waits_for(ctx)))
     names = [n.name for n in plugin.nodes]
     emitted_here = [n for n in names if n in emitted]
     not_ready = [
@@ -178,10 +180,23 @@ def _plugin_status(
     status = _plugin_phase(plugin, held, emitted_here, not_ready)
     if not_ready and status.phase != READY:
         status = _slow_notes(plugin, not_ready, status)
-    if plugin.note:
-        message = f"{status.message}; {plugin.note}" if status.message else plugin.note
-        status = dataclasses.replace(status, message=message)
-    return status
+    return _noted(plugin, status)
+
+
+def _noted(plugin: Plugin, status: PluginStatus) -> PluginStatus:
+    if not plugin.note:
+        return status
+    message = f"{status.message}; {plugin.note}" if status.message else plugin.note
+    return dataclasses.replace(status, message=message)
+
+
+def _waits_for_another(plugin: Plugin, wait: Wait | None) -> PluginStatus:
+    """A plugin with nothing of its own: Ready once what it waits for holds, Pending until."""
+    if wait is None:
+        return PluginStatus(plugin.name, READY)
+    phase = BLOCKED if wait.blocked else PENDING
+    message = wait.message or f"waiting for {wait.waiting_for}"
+    return PluginStatus(plugin.name, phase, wait.waiting_for, message, wait.label)
 
 
 def _slow_notes(plugin: Plugin, not_ready: list[str], status: PluginStatus) -> PluginStatus:
@@ -604,8 +619,10 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
             wait = emit.node(node)
             if wait is not None:
                 held.append((node, wait))
-        plan.held_back = plan.held_back or bool(held)
-        plan.plugins.append(_plugin_status(ctx, plugin, held, emit.emitted))
+        status = _plugin_status(ctx, plugin, held, emit.emitted)
+        waiting = bool(held) or (not plugin.nodes and status.phase != READY)
+        plan.held_back = plan.held_back or waiting
+        plan.plugins.append(status)
     composite = _composite(xr)
     _usages(ctx, plan, wanted, composite)
     _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources}, composite)

@@ -203,6 +203,8 @@ def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             },
         ]
+        if obj.get("kind") == "AWSManagedControlPlane":
+            _eks_addons_status(obj, initialized=initialized, available=available)
         return
     status.setdefault("initialization", {})["controlPlaneInitialized"] = initialized
     # v1beta2 conditions are metav1.Conditions: the real CRD requires reason and message.
@@ -222,6 +224,26 @@ def set_control_plane(obj: dict[str, Any], *, initialized: bool, available: bool
             "lastTransitionTime": "2026-01-01T00:00:00Z",
         },
     ]
+
+
+def _eks_addons_status(obj: dict[str, Any], *, initialized: bool, available: bool) -> None:
+    """CAPA's report of the EKS add-ons its spec.addons lists, as the control plane comes up.
+
+    None before the EKS cluster exists; CAPA creates them once it does (CREATING), and EKS
+    reports them ACTIVE a while later (here: once the control plane is available).
+    """
+    status = obj.setdefault("status", {})
+    if not initialized:
+        status.pop("addons", None)
+        return
+    reported = {a.get("name"): a for a in status.get("addons") or ()}
+    addons = []
+    for wanted in obj.get("spec", {}).get("addons") or ():
+        entry = {**reported.get(wanted["name"], {}), "name": wanted["name"]}
+        entry.setdefault("version", wanted.get("version", ""))
+        entry["status"] = "ACTIVE" if available else "CREATING"
+        addons.append(entry)
+    status["addons"] = addons
 
 
 class InMemoryCrossplane:

@@ -118,6 +118,31 @@ def test_capas_agent_add_on_is_waited_for_until_active() -> None:
     assert world.xr["status"]["podIdentityCluster"] == "prod"
 
 
+def test_capas_agent_is_not_ready_before_capa_reports_it_active() -> None:
+    """The agent's entry has no resources of its own: it takes its phase from what it waits for,
+    as CAPA reports the add-on (nothing, CREATING, ACTIVE), never Ready while the others wait
+    for the agent."""
+    world = by_name("eks-pod-identity").world()
+    seen = []
+    staged = staged_control_plane()
+    for _ in range(12):
+        (rec,) = world.run(1, before=staged)
+        assert rec.fatal is None, rec.fatal
+        reported = _control_plane(world)["status"].get("addons") or [{"status": "-"}]
+        agent = _plugin(world, "pod-identity-agent")
+        others = {p.get("waitingFor") for p in world.xr["status"]["plugins"] if p is not agent}
+        waited = "EKS add-on eks-pod-identity-agent ACTIVE" in others
+        seen.append((rec.step, reported[0]["status"], agent["phase"], agent.get("waitingFor"), waited))
+        assert not (waited and agent["phase"] == "Ready"), seen[-1]
+    pending = ("Pending", "EKS add-on eks-pod-identity-agent ACTIVE")
+    assert [s[1:4] for s in seen] == [
+        *[("-", *pending)] * 2,
+        *[("CREATING", *pending)] * 5,
+        *[("ACTIVE", "Ready", None)] * 5,
+    ]
+    assert world.xr_ready
+
+
 def test_removing_an_add_on_withdraws_release_association_role_in_that_order() -> None:
     world = by_name("eks-pod-identity-agent-release").world(staged=False)
     world.run(12)

@@ -105,7 +105,7 @@ def plugin(ctx: CallContext) -> Plugin | None:
         return None
     if by_capa(ctx.facts):
         note = f"the {EKS_ADDON} is the EKS add-on CAPA installs (AWSManagedControlPlane)"
-        return Plugin(ADDON.name, (), note=note)
+        return Plugin(ADDON.name, (), note=note, waits_for=agent_ready)
     return Plugin(ADDON.name, (_AGENT,))
 
 
@@ -129,10 +129,11 @@ def agent_ready(ctx: CallContext) -> Wait | None:
     status = ctx.facts.eks_addons.get(EKS_ADDON, "")
     if status == ACTIVE:
         return None
+    said = f"reports it {status}" if status else "has not reported it yet"
     return Wait(
         f"EKS add-on {EKS_ADDON} ACTIVE",
-        f"CAPA reports the {EKS_ADDON} add-on {status or 'not yet'} "
-        "(AWSManagedControlPlane status.addons)",
+        f"the EKS add-on {EKS_ADDON} runs the agent: CAPA {said} (AWSManagedControlPlane "
+        "status.addons)",
         reason="EKS add-on",
     )
 
