@@ -151,6 +151,9 @@ class Plugin:
     # What a plugin without nodes of its own waits for (something another controller
     # installs): its phase follows this gate, never Ready while it waits.
     waits_for: Gate | None = None
+    # Releases it installed that another installer now runs (composition-resource-names):
+    # withdrawn without a helm uninstall, which would delete what the other one runs.
+    handed_over: tuple[str, ...] = ()
 
 
 ValuesPath = tuple[str, ...]

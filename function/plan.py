@@ -161,6 +161,23 @@ class _Emitter:
         return None
 
 
+def _hand_over(ctx: CallContext, plan: Plan, name: str) -> bool:
+    """A Release another installer now runs: carried with the orphan policy until observed so.
+
+    Returns whether it is still wanted (this call orphans it). Once orphaned, it is withdrawn
+    like anything no longer wanted, in Usage order, and deleted without a helm uninstall: the
+    workloads stay for the other installer (CAPA's EKS add-on takes over the agent's DaemonSet).
+    """
+    observed = ctx.observed.get(name)
+    if observed is None or ctx.flavour.is_orphaned(observed):
+        return False
+    ready = ctx.observed.ready(name, Readiness.RELEASE)
+    plan.resources.append(
+        DesiredResource(name, ready, carried=ctx.flavour.orphaned_copy(observed))
+    )
+    return True
+
+
 def _is_release(obj: struct_pb2.Struct) -> bool:
     return "kind" in obj.fields and obj.fields["kind"].string_value == "Release"
 
@@ -619,6 +636,7 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
             wait = emit.node(node)
             if wait is not None:
                 held.append((node, wait))
+        wanted.update(n for n in plugin.handed_over if _hand_over(ctx, plan, n))
         status = _plugin_status(ctx, plugin, held, emit.emitted)
         waiting = bool(held) or (not plugin.nodes and status.phase != READY)
         plan.held_back = plan.held_back or waiting

@@ -143,6 +143,31 @@ def test_capas_agent_is_not_ready_before_capa_reports_it_active() -> None:
     assert world.xr_ready
 
 
+def test_moving_the_agent_to_capas_add_on_orphans_its_release() -> None:
+    """The agent's chart, then the AWSManagedControlPlane lists the EKS add-on: the Release takes
+    the orphan policy and goes without a helm uninstall, after the Usages of it, so the DaemonSet
+    both name stays for CAPA's add-on (an uninstall would delete it under the add-on)."""
+    world = by_name("eks-pod-identity-agent-release").world(staged=False)
+    world.run(12)
+    assert world.xr_ready and AGENT in world.composed
+    cp = _control_plane(world)
+    cp["spec"]["addons"] = [{"name": "eks-pod-identity-agent", "version": "v1.3.10-eksbuild.2"}]
+    cp["status"]["addons"] = [{"name": "eks-pod-identity-agent", "status": "ACTIVE"}]
+    gone: dict[str, int] = {}
+    for rec in world.run(10):
+        assert rec.fatal is None, rec.fatal
+        gone.update(dict.fromkeys(rec.deleted, rec.step))
+    assert AGENT in gone
+    assert world.uninstalls == []
+    assert world.deleted_in_use == []
+    assert usage_order_problems(world) == []
+    # Only the agent's Release and its Usages went; every add-on stays installed.
+    assert {n for n in gone if not n.startswith("usage-")} == {AGENT}
+    assert all(n.endswith(f"-{AGENT}") for n in gone if n.startswith("usage-"))
+    assert world.xr_ready
+    assert _plugin(world, "pod-identity-agent")["phase"] == "Ready"
+
+
 def test_removing_an_add_on_withdraws_release_association_role_in_that_order() -> None:
     world = by_name("eks-pod-identity-agent-release").world(staged=False)
     world.run(12)

@@ -105,7 +105,12 @@ def plugin(ctx: CallContext) -> Plugin | None:
         return None
     if by_capa(ctx.facts):
         note = f"the {EKS_ADDON} is the EKS add-on CAPA installs (AWSManagedControlPlane)"
-        return Plugin(ADDON.name, (), note=note, waits_for=agent_ready)
+        # A Release of the agent from before CAPA's add-on is orphaned, never uninstalled: both
+        # name the DaemonSet eks-pod-identity-agent, and an uninstall would delete it under
+        # CAPA's add-on, leaving every pod without credentials until EKS puts it back.
+        return Plugin(
+            ADDON.name, (), note=note, waits_for=agent_ready, handed_over=(AGENT.node,)
+        )
     return Plugin(ADDON.name, (_AGENT,))
 
 
