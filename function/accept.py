@@ -512,6 +512,10 @@ def _credentials_problem(
         problem = pod_identity.cluster_problem(mode, facts, region, accepted.step.charts)
         if problem:
             return "spec.irsa.mode", problem
+        if mode is IRSAMode.POD_IDENTITY:
+            problem = pod_identity.registry_problem(accepted.step, facts, region)
+            if problem:
+                return pod_identity.REGISTRY_FIELD, problem
     return None
 
 

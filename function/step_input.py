@@ -26,6 +26,12 @@ from function.spec_base import (
     check_chart_version,
 )
 
+# An image registry as an image reference starts: host[:port][/path], lower case (the
+# distribution spec's repository components), no scheme and no tag.
+REGISTRY = re.compile(
+    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
+)
+
 
 class SecretRef(StrictModel):
     """A reference to a Secret (registry credentials for a chart)."""
@@ -321,6 +327,18 @@ class StepInput(StrictModel):
             "was tested with. An XR's spec.<add-on>.version overrides the version."
         ),
     )
+    pod_identity_agent_registry: str | None = Field(
+        default=None,
+        alias="podIdentityAgentRegistry",
+        description=(
+            "The registry the eks-pod-identity-agent chart (charts.podIdentityAgent) pulls its "
+            "image from, as <registry>/eks/eks-pod-identity-agent:<tag>: a mirror of yours, "
+            "e.g. registry.example.com/eks-mirror (host[:port][/path], no scheme). Default: "
+            "the EKS add-on registry of the cluster's region (EKS user guide, 'View Amazon "
+            "container image registries for Amazon EKS add-ons')."
+        ),
+        json_schema_extra={"pattern": REGISTRY.pattern},
+    )
     ttl: TTL = Field(
         default_factory=TTL,
         description="How soon Crossplane calls the function again.",
@@ -348,6 +366,17 @@ class StepInput(StrictModel):
             "Clusters (apis/rbac/clusterrole-protect-cluster.yaml)."
         ),
     )
+
+    @field_validator("pod_identity_agent_registry")
+    @classmethod
+    def _registry(cls, v: str | None) -> str | None:
+        if v is not None and not REGISTRY.match(v):
+            msg = (
+                f"{v!r} is not an image registry: host[:port][/path] in lower case, no scheme "
+                "or tag (e.g. registry.example.com/eks-mirror)"
+            )
+            raise ValueError(msg)
+        return v
 
     @field_validator("name_prefix")
     @classmethod

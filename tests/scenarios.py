@@ -264,6 +264,8 @@ AGENT_CHART = {
     }
 }
 
+AGENT_MIRROR = "registry.example.com:5000/eks-mirror"
+
 
 def _agent_by_helm(required: list[dict[str, Any]]) -> None:
     cp = find(required, "AWSManagedControlPlane")
@@ -276,6 +278,20 @@ SCENARIOS += [
     Scenario(
         "eks-pod-identity-agent-release",
         "eks-pod-identity",
+        mutate_required=_agent_by_helm,
+        step_input={"charts": AGENT_CHART},
+    ),
+    # The agent's image from the step input's mirror; in GovCloud, from the region's registry.
+    Scenario(
+        "eks-pod-identity-agent-mirror",
+        "eks-pod-identity",
+        mutate_required=_agent_by_helm,
+        step_input={"charts": AGENT_CHART, "podIdentityAgentRegistry": AGENT_MIRROR},
+    ),
+    Scenario(
+        "eks-pod-identity-agent-govcloud",
+        "eks-pod-identity",
+        mutate_xr=_set("region", "us-gov-west-1"),
         mutate_required=_agent_by_helm,
         step_input={"charts": AGENT_CHART},
     ),

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from function.addons.pod_identity import addon_registry
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import (
+    AGENT_MIRROR,
     EKS_ISSUER,
     EKS_PROVIDER,
     by_name,
@@ -166,6 +168,32 @@ def test_moving_the_agent_to_capas_add_on_orphans_its_release() -> None:
     assert all(n.endswith(f"-{AGENT}") for n in gone if n.startswith("usage-"))
     assert world.xr_ready
     assert _plugin(world, "pod-identity-agent")["phase"] == "Ready"
+
+
+@pytest.mark.parametrize(
+    ("name", "registry"),
+    [
+        ("eks-pod-identity-agent-release", "602401143452.dkr.ecr.us-west-2.amazonaws.com"),
+        ("eks-pod-identity-agent-govcloud", "013241004608.dkr.ecr.us-gov-west-1.amazonaws.com"),
+        ("eks-pod-identity-agent-mirror", AGENT_MIRROR),
+    ],
+)
+def test_the_agents_image_comes_from_the_regions_registry_or_the_mirror(name: str, registry: str) -> None:
+    world = by_name(name).world(staged=False)
+    world.run(3)
+    values = world.composed[AGENT].obj["spec"]["forProvider"]["values"]
+    assert values["image"] == {"containerRegistry": registry}
+
+
+def test_the_registry_table_follows_the_eks_user_guide() -> None:
+    # Opt-in regions have accounts of their own; the guide prints ap-east-2's host as ap-east-1.
+    assert addon_registry("eu-south-1") == "590381155156.dkr.ecr.eu-south-1.amazonaws.com"
+    assert addon_registry("ap-east-2") == "533267051163.dkr.ecr.ap-east-2.amazonaws.com"
+    assert addon_registry("us-gov-east-1") == "151742754352.dkr.ecr.us-gov-east-1.amazonaws.com"
+    assert addon_registry("eu-west-1") == "602401143452.dkr.ecr.eu-west-1.amazonaws.com"
+    # No Pod Identity in China; a region the table does not know needs the step input's mirror.
+    assert addon_registry("cn-north-1") is None
+    assert addon_registry("ap-southeast-9") is None
 
 
 def test_removing_an_add_on_withdraws_release_association_role_in_that_order() -> None:

@@ -441,17 +441,24 @@ def webhook_problems(rendering: Rendering) -> list[str]:
     return out
 
 
-def ccm_problems(rendering: Rendering) -> list[str]:
-    """The cloud-controller-manager runs on the host network, at the image tag the function chose."""
-    release, out = rendering.release, []
-    tag = (release.values.get("image") or {}).get("tag")
-    if not tag:
-        out.append(f"{release}: values.image.tag is not set by the function")
+def _image_value(rendering: Rendering, key: str) -> tuple[Any, list[str]]:
+    """``values.image.<key>`` the function set, and the problem when it did not."""
+    value = (rendering.release.values.get("image") or {}).get(key)
+    return value, [] if value else [f"{rendering.release}: values.image.{key} is not set by the function"]
+
+
+def _daemonset_pods(rendering: Rendering, out: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(DaemonSet, its pod spec) of each DaemonSet rendered; none rendered is a problem."""
     daemonsets = rendering.of_kind("DaemonSet")
     if not daemonsets:
-        out.append(f"{release}: renders no DaemonSet")
-    for ds in daemonsets:
-        pod = _pod_spec(ds) or {}
+        out.append(f"{rendering.release}: renders no DaemonSet")
+    return [(ds, _pod_spec(ds) or {}) for ds in daemonsets]
+
+
+def ccm_problems(rendering: Rendering) -> list[str]:
+    """The cloud-controller-manager runs on the host network, at the image tag the function chose."""
+    tag, out = _image_value(rendering, "tag")
+    for ds, pod in _daemonset_pods(rendering, out):
         if pod.get("hostNetwork") is not True:
             out.append(f"{_where(rendering, ds)} is not on the host network")
         for container in pod.get("containers", []):
@@ -460,11 +467,23 @@ def ccm_problems(rendering: Rendering) -> list[str]:
     return out
 
 
+def agent_problems(rendering: Rendering) -> list[str]:
+    """The eks-pod-identity-agent pulls from the registry the function chose (the region's, or
+    the step input's mirror), never the chart's default us-west-2 one unless that was chosen."""
+    registry, out = _image_value(rendering, "containerRegistry")
+    for ds, pod in _daemonset_pods(rendering, out):
+        for container in pod.get("initContainers", []) + pod.get("containers", []):
+            if registry and not container["image"].startswith(f"{registry}/eks/eks-pod-identity-agent:"):
+                out.append(f"{_where(rendering, ds)} runs {container['image']}, not from {registry}")
+    return out
+
+
 # Checks of one chart's rendering, by chart name (the add-on does not matter).
 CHART_CHECKS: dict[str, Callable[[Rendering], list[str]]] = {
     "cert-manager": cert_manager_problems,
     "amazon-eks-pod-identity-webhook": webhook_problems,
     "aws-cloud-controller-manager": ccm_problems,
+    "eks-pod-identity-agent": agent_problems,
 }
 
 
@@ -629,7 +648,12 @@ def test_every_chart_check_runs_on_a_scenario():
     rendered = {r.release.chart for name in SCENARIO_IDS for _, r in played(name).rendered()}
     assert {chart for chart in CHART_CHECKS if chart in defaults} <= rendered
     # Named as well, so that dropping one from CHART_CHECKS or from the scenarios fails here.
-    assert {"cert-manager", "amazon-eks-pod-identity-webhook", "aws-cloud-controller-manager"} <= rendered & set(CHART_CHECKS)
+    assert {
+        "cert-manager",
+        "amazon-eks-pod-identity-webhook",
+        "aws-cloud-controller-manager",
+        "eks-pod-identity-agent",
+    } <= rendered & set(CHART_CHECKS)
 
 
 def _leaves(values: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

@@ -37,6 +37,7 @@ from function import fn
 from function_tools import input_files, render
 from function_tools.cli import cli
 from function_tools.in_memory_crossplane import InMemoryCrossplane
+from tests.scenarios import AGENT_CHART
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -602,6 +603,13 @@ CASES = [
         input_alone=True,
     ),
     Case(
+        "pod-identity-agent-registry",
+        "input.podIdentityAgentRegistry: 'https://mirror.example.com' is not an image registry: "
+        "host[:port][/path] in lower case, no scheme or tag",
+        step_input={"podIdentityAgentRegistry": "https://mirror.example.com"},
+        input_alone=True,
+    ),
+    Case(
         "chart-repository",
         "input.charts.ebs.repository: 'ftp://x' must be an https://, http:// or oci://",
         step_input={"charts": {"ebs": {"repository": "ftp://x", "name": "a", "version": "1.0.0"}}},
@@ -737,6 +745,17 @@ CASES = [
         "step input's charts.podIdentityAgent",
         example="eks-pod-identity",
         change_required=_no_agent_add_on,
+    ),
+    Case(
+        "pod-identity-agent-no-registry",
+        "input.podIdentityAgentRegistry: the eks-pod-identity-agent chart needs the registry its "
+        "image is pulled from, and the EKS user guide's table of add-on registries "
+        "(function/addons/pod_identity.py) names none for ap-southeast-9: give your mirror as "
+        "input.podIdentityAgentRegistry",
+        {"region": "ap-southeast-9"},
+        example="eks-pod-identity",
+        change_required=_no_agent_add_on,
+        step_input={"charts": AGENT_CHART},
     ),
     Case(
         "irsa-in-use-to-pod-identity",

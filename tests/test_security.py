@@ -207,8 +207,11 @@ def test_pod_identity_roles_serve_one_service_account_of_one_cluster(name: str) 
             "aws:RequestTag/kubernetes-namespace": namespace,
             "aws:RequestTag/kubernetes-service-account": account,
         }
+        # The example's region, or the scenario's (GovCloud: its own partition).
+        region = world.xr["spec"]["region"]
+        partition = "aws-us-gov" if region.startswith("us-gov-") else "aws"
         assert st["Condition"]["StringLike"] == {
-            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-west-2:*:cluster/prod"
+            "aws:RequestTag/eks-cluster-arn": f"arn:{partition}:eks:{region}:*:cluster/prod"
         }
         association = world.composed[f"{node}-association"].obj["spec"]["forProvider"]
         assert (association["namespace"], association["serviceAccount"]) == (namespace, account)

@@ -33,12 +33,76 @@ from function.graph import (
 )
 from function.names import partition_of
 from function.spec_base import IRSAMode
-from function.step_input import Charts, ChartSource
+from function.step_input import Charts, ChartSource, StepInput
 
 EKS_ADDON = "eks-pod-identity-agent"
 # Pod Identity is not offered in the China regions (EKS user guide, docs.amazonaws.cn:
 # "Pod Identity is not available in China Regions. Use IAM roles for service accounts").
 NO_POD_IDENTITY = {"aws-cn": "EKS Pod Identity is not available in the China regions"}
+# The registry of the EKS add-ons' images per region: the nodes pull the agent's image from
+# their own region's (opt-in regions have accounts of their own, GovCloud too). From the EKS
+# user guide, "View Amazon container image registries for Amazon EKS add-ons"
+# (https://docs.aws.amazon.com/eks/latest/userguide/add-ons-images.html, read 2026-11-28; its
+# source awsdocs/amazon-eks-user-guide latest/ug/workloads/add-ons-images.adoc at 4d52b4d,
+# 2024-12-18, has every row but ap-east-2, ap-southeast-5/6/7 and mx-central-1, which the
+# published page lists, as does awslabs/amazon-eks-ami's get-ecr-uri.sh). The page prints
+# ap-east-2's host as ap-east-1: a slip, a registry is in its own region. The China regions
+# are left out: Pod Identity is not offered there. A region not listed: the step input's
+# podIdentityAgentRegistry.
+_ADDON_REGISTRY_ACCOUNTS = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-east-2": "533267051163",
+    "ap-northeast-1": "602401143452",
+    "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452",
+    "ap-south-1": "602401143452",
+    "ap-south-2": "900889452093",
+    "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
+    "ca-central-1": "602401143452",
+    "ca-west-1": "761377655185",
+    "eu-central-1": "602401143452",
+    "eu-central-2": "900612956339",
+    "eu-north-1": "602401143452",
+    "eu-south-1": "590381155156",
+    "eu-south-2": "455263428931",
+    "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452",
+    "eu-west-3": "602401143452",
+    "il-central-1": "066635153087",
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "mx-central-1": "730335286997",
+    "sa-east-1": "602401143452",
+    "us-east-1": "602401143452",
+    "us-east-2": "602401143452",
+    "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608",
+    "us-west-1": "602401143452",
+    "us-west-2": "602401143452",
+}
+REGISTRY_FIELD = "input.podIdentityAgentRegistry"
+
+
+def addon_registry(region: str) -> str | None:
+    """The EKS add-on image registry of ``region`` (the EKS user guide's), or None."""
+    account = _ADDON_REGISTRY_ACCOUNTS.get(region)
+    if account is None:
+        return None
+    return f"{account}.dkr.ecr.{region}.{partition_of(region).dns_suffix}"
+
+
+def image_registry(step: StepInput, region: str) -> str | None:
+    """Where the agent chart's image comes from: the step input's mirror, else the region's."""
+    return step.pod_identity_agent_registry or addon_registry(region)
+
+
 # EKS's status of a managed add-on that runs.
 ACTIVE = "ACTIVE"
 ASSOCIATION_KIND = "PodIdentityAssociation"
@@ -77,10 +141,18 @@ def eks_cluster_name(ctx: CallContext) -> str:
 
 def agent(ctx: CallContext) -> dict[str, Any]:
     """The eks-pod-identity-agent DaemonSet (host network, every Linux node)."""
+    registry = image_registry(ctx.step, ctx.region)
+    if registry is None:
+        # accept.refuse_for_cluster has refused this XR already: never reached.
+        raise MissingFactError(Wait(REGISTRY_FIELD, "no registry for the agent", blocked=True))
     return release(
         ctx,
         AGENT,
-        values={"clusterName": eks_cluster_name(ctx), "env": {"AWS_REGION": ctx.region}},
+        values={
+            "clusterName": eks_cluster_name(ctx),
+            "env": {"AWS_REGION": ctx.region},
+            "image": {"containerRegistry": registry},
+        },
     )
 
 
@@ -140,6 +212,19 @@ def agent_ready(ctx: CallContext) -> Wait | None:
         f"the EKS add-on {EKS_ADDON} runs the agent: CAPA {said} (AWSManagedControlPlane "
         "status.addons)",
         reason="EKS add-on",
+    )
+
+
+def registry_problem(step: StepInput, facts: ClusterFacts, region: str) -> str | None:
+    """Why the agent's chart has no image registry here (a FATAL on REGISTRY_FIELD), or None."""
+    if step.charts.pod_identity_agent is None or by_capa(facts) or not region:
+        return None
+    if image_registry(step, region) is not None:
+        return None
+    return (
+        f"the eks-pod-identity-agent chart needs the registry its image is pulled from, and "
+        f"the EKS user guide's table of add-on registries (function/addons/pod_identity.py) "
+        f"names none for {region}: give your mirror as {REGISTRY_FIELD} (host[:port][/path])"
     )
 
 
