@@ -80,6 +80,9 @@ class Node:
     readiness: Readiness = Readiness.CONDITION
     # Why it may take long to turn Ready (said in the status while it is not), or "".
     slow: str = ""
+    # What its provider reports that waiting will not fix, with what to do, read from the
+    # observed resource while it is not Ready ("" when nothing known): its plugin is Blocked.
+    diagnose: Callable[[struct_pb2.Struct], str] | None = None
 
 
 @dataclass(frozen=True, eq=False)

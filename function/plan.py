@@ -196,8 +196,19 @@ def _plugin_status(
     ]
     status = _plugin_phase(plugin, held, emitted_here, not_ready)
     if not_ready and status.phase != READY:
-        status = _slow_notes(plugin, not_ready, status)
+        status = _diagnosed(ctx, plugin, not_ready) or _slow_notes(plugin, not_ready, status)
     return _noted(plugin, status)
+
+
+def _diagnosed(ctx: CallContext, plugin: Plugin, not_ready: list[str]) -> PluginStatus | None:
+    """Blocked when a node that is not Ready has a known failure its provider reports."""
+    for node in plugin.nodes:
+        observed = ctx.observed.get(node.name) if node.diagnose and node.name in not_ready else None
+        found = node.diagnose(observed) if node.diagnose and observed is not None else ""
+        if found:
+            waiting_for, message = f"{node.name} Ready", f"{node.name}: {found}"
+            return PluginStatus(plugin.name, BLOCKED, waiting_for, message, "provider failure")
+    return None
 
 
 def _noted(plugin: Plugin, status: PluginStatus) -> PluginStatus:

@@ -93,6 +93,15 @@ def condition_status(s: struct_pb2.Struct, typ: str, *path: str) -> str | None:
     return None
 
 
+def failing_message(s: struct_pb2.Struct, typ: str = "Synced") -> str:
+    """The message of condition ``typ`` (in status.conditions) when it is False, else ""."""
+    for item in _values_at(s, ("status", "conditions")):
+        cond = item.struct_value
+        if str_at(cond, "type") == typ:
+            return (str_at(cond, "message") or "") if str_at(cond, "status") == "False" else ""
+    return ""
+
+
 def to_python(v: struct_pb2.Value) -> Any:
     """Convert one Value (and below) to plain Python; for small subtrees only."""
     kind = v.WhichOneof("kind")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from function import fn, structs
 from function.addons.pod_identity import addon_registry
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import (
@@ -237,3 +238,45 @@ def test_moving_roles_in_use_between_irsa_and_pod_identity_is_refused() -> None:
         "spec.irsa.mode: would move the add-on roles from IRSA to EKS Pod Identity, but IRSA "
         f"is in use (status.oidcProviderARN {EKS_PROVIDER})"
     ), rec.fatal
+
+
+def test_an_association_stuck_at_409_says_what_to_do() -> None:
+    """provider-upjet-aws#2199: the provider lost the id of the association it created and keeps
+    creating it; EKS answers 409. The plugin is Blocked, naming the association and the
+    annotation that makes the provider adopt it."""
+    world = by_name("eks-pod-identity").world(staged=False)
+    world.run(2)
+    assert "vpc-cni-role-association" in world.composed
+    req = world.request()
+    association = req.observed.resources["vpc-cni-role-association"].resource
+    message = (
+        "async create failed: resource creation call returned error diags: creating Amazon EKS "
+        '(Elastic Kubernetes) Pod Identity Association ("a-stubassocid123456"): operation error '
+        "EKS: CreatePodIdentityAssociation, https response error StatusCode: 409, RequestID: "
+        "f9cb61ba, ResourceInUseException: Association already exists: a-dt1bedfjc72dlwp5n"
+    )
+    structs.update(
+        association,
+        {
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "Creating"},
+                    {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": message},
+                ]
+            }
+        },
+    )
+    rsp = fn.run(req)
+    status = structs.to_python(rsp.desired.composite.resource.fields["status"])
+    cni = next(p for p in status["plugins"] if p["name"] == "vpc-cni")
+    name = association.fields["metadata"].struct_value.fields["name"].string_value
+    assert cni["phase"] == "Blocked"
+    assert cni["message"] == (
+        "vpc-cni-role-association: EKS already has this association (a-dt1bedfjc72dlwp5n) but the "
+        "provider lost its id and retries the create forever (Synced=False: 409 Association "
+        "already exists; crossplane-contrib/provider-upjet-aws#2199): adopt it with kubectl "
+        f"annotate podidentityassociations.eks.aws.m.upbound.io -n payments {name} "
+        "crossplane.io/external-name=a-dt1bedfjc72dlwp5n"
+    )
+    summary = next(c for c in rsp.conditions if c.type == "PluginsReady")
+    assert summary.reason == "Blocked"

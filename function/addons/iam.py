@@ -135,7 +135,10 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
         # (aws-node has been seen to crash-loop silently then); and in an EKS cluster that
         # exists (its control plane initialized).
         gates = (control_plane_initialized, after(role.node), pod_identity.agent_ready)
-        nodes = (*nodes, Node(role.association, association, gates))
+        association_node = Node(
+            role.association, association, gates, diagnose=pod_identity.stuck_association
+        )
+        nodes = (*nodes, association_node)
     if custom is None:
         return nodes
 

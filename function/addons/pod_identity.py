@@ -15,8 +15,11 @@ ACTIVE. Never an EKS ``Addon`` managed resource: CAPA deletes every managed add-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from google.protobuf import struct_pb2
 
 from function import structs
 from function.addons.helm import release
@@ -124,6 +127,29 @@ AGENT = Release(
     name=EKS_ADDON,
     wait=True,
 )
+
+
+# provider-upjet-aws#2199: an association whose create the provider lost (restarted while it
+# waited for it) is never adopted; each create then fails with EKS's 409.
+_ALREADY_EXISTS = re.compile(r"ResourceInUseException: Association already exists: (a-[0-9a-z]+)")
+
+
+def stuck_association(observed: struct_pb2.Struct) -> str:
+    """What to do about an association the provider keeps creating, or "" (Node.diagnose)."""
+    found = _ALREADY_EXISTS.search(structs.failing_message(observed))
+    if found is None:
+        return ""
+    api_version = structs.str_at(observed, "apiVersion") or ""
+    resource = f"{ASSOCIATION_KIND.lower()}s.{api_version.split('/', 1)[0]}"
+    namespace = structs.str_at(observed, "metadata", "namespace")
+    where = f" -n {namespace}" if namespace else ""
+    name = structs.str_at(observed, "metadata", "name") or ""
+    return (
+        f"EKS already has this association ({found.group(1)}) but the provider lost its id and "
+        "retries the create forever (Synced=False: 409 Association already exists; "
+        "crossplane-contrib/provider-upjet-aws#2199): adopt it with kubectl annotate "
+        f"{resource}{where} {name} crossplane.io/external-name={found.group(1)}"
+    )
 
 
 def eks_cluster_name(ctx: CallContext) -> str:
