@@ -718,6 +718,71 @@ def cluster_of(obj: Mapping[str, Any]) -> tuple[str | None, str] | None:
     return None
 
 
+# The role of an AWSManagedMachinePool without spec.roleName: clusterawsadm's default for EKS
+# managed node groups (CAPA v2.13 pkg/cloud/services/eks/roles.go; with its EKSEnableIAM feature
+# CAPA makes a role per node group instead, and writes its name into spec.roleName).
+EKS_NODEGROUP_ROLE = "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io"
+# Node groups (CAPI) and what of their AWS objects names the IAM identity their nodes run with.
+_NODE_GROUPS = ("MachineDeployment", "MachinePool")
+_NODE_IDENTITY_PATHS = {
+    "AWSManagedMachinePool": ("spec", "roleName"),  # a role (EKS managed node group)
+    "AWSMachinePool": ("spec", "awsLaunchTemplate", "iamInstanceProfile"),  # an instance profile
+    "AWSMachineTemplate": ("spec", "template", "spec", "iamInstanceProfile"),  # an instance profile
+}
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """The IAM identity one group of the cluster's nodes runs with, as its AWS object names it."""
+
+    source: str  # "<Kind> <namespace>/<name>"
+    role: str = ""  # an IAM role's name (AWSManagedMachinePool)
+    # An instance profile's name or ARN (self-managed nodes), "" when the object names none.
+    instance_profile: str = ""
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = obj
+    for key in path:
+        value = _mapping(value).get(key)
+    return value
+
+
+def node_identities(
+    objs: Iterable[Mapping[str, Any]], namespace: str, cluster_name: str
+) -> tuple[NodeIdentity, ...]:
+    """What the cluster's node groups run with, read from the objects a user gives.
+
+    The AWS objects the cluster's MachineDeployments and MachinePools name as their
+    infrastructure (a template is counted only so), and the machine pools CAPI marks as the
+    cluster's. An AWSManagedMachinePool runs with its spec.roleName (CAPA's default role when
+    unset); self-managed nodes with the instance profile their AWSMachinePool or
+    AWSMachineTemplate names.
+    """
+    objs = [o for o in objs if _mapping(o.get("metadata")).get("namespace") == namespace]
+    referenced = set()
+    for obj in objs:
+        if obj.get("kind") in _NODE_GROUPS and _at(obj, ("spec", "clusterName")) == cluster_name:
+            ref = _at(obj, ("spec", "template", "spec", "infrastructureRef"))
+            referenced.add((_mapping(ref).get("kind"), _mapping(ref).get("name")))
+    found = {}
+    for obj in objs:
+        kind, name = obj.get("kind"), _mapping(obj.get("metadata")).get("name")
+        if kind not in _NODE_IDENTITY_PATHS or not isinstance(name, str):
+            continue
+        marked = kind != "AWSMachineTemplate" and cluster_of(obj) == (namespace, cluster_name)
+        if (kind, name) not in referenced and not marked:
+            continue
+        named = _at(obj, _NODE_IDENTITY_PATHS[kind])
+        named = named if isinstance(named, str) else ""
+        source = f"{kind} {namespace}/{name}"
+        if kind == "AWSManagedMachinePool":
+            found[source] = NodeIdentity(source, role=named or EKS_NODEGROUP_ROLE)
+        else:
+            found[source] = NodeIdentity(source, instance_profile=named)
+    return tuple(found[k] for k in sorted(found))
+
+
 def version_asked(obj: Mapping[str, Any], asked: Requirements) -> str | None:
     """The apiVersion the function asks for ``obj``'s kind in, when not ``obj``'s own; else None.
 

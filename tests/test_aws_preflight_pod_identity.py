@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from function_tools.aws.checks import Status
@@ -235,3 +236,94 @@ def test_the_pod_identity_flags_are_refused_outside_pod_identity(tmp_path: Path)
     r = CliRunner().invoke(aws, [*argv, "--node-role", "n", "--workload-kubeconfig", str(kubeconfig)])
     assert r.exit_code == 2, r.output
     assert "--node-role and --workload-kubeconfig are read only with" in r.output
+
+
+# --- the roles the nodes run with (cluster.node_identities) --------------------------------------
+
+
+def _meta(name: str, **labels: str) -> dict[str, Any]:
+    return {"name": name, "namespace": "payments", "labels": labels}
+
+
+def _group(kind: str, name: str, infra_kind: str, cluster: str = "prod") -> dict[str, Any]:
+    ref = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": infra_kind, "name": f"{name}-aws"}
+    spec = {"clusterName": cluster, "template": {"spec": {"clusterName": cluster, "infrastructureRef": ref}}}
+    return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "metadata": _meta(name), "spec": spec}
+
+
+INFRA = "infrastructure.cluster.x-k8s.io/v1beta2"
+NODE_GROUPS = [
+    # An EKS managed node group with its own role, and one on CAPA's default.
+    _group("MachinePool", "managed", "AWSManagedMachinePool"),
+    {"apiVersion": INFRA, "kind": "AWSManagedMachinePool", "metadata": _meta("managed-aws"), "spec": {"roleName": "prod-managed-nodes"}},
+    {"apiVersion": INFRA, "kind": "AWSManagedMachinePool", "metadata": _meta("other-aws", **{"cluster.x-k8s.io/cluster-name": "prod"}), "spec": {}},
+    # Self-managed nodes: an AWSMachinePool and a MachineDeployment's AWSMachineTemplate, each
+    # naming an instance profile (by name, by ARN).
+    _group("MachinePool", "self", "AWSMachinePool"),
+    {"apiVersion": INFRA, "kind": "AWSMachinePool", "metadata": _meta("self-aws"), "spec": {"awsLaunchTemplate": {"iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io"}}},
+    _group("MachineDeployment", "md", "AWSMachineTemplate"),
+    {"apiVersion": INFRA, "kind": "AWSMachineTemplate", "metadata": _meta("md-aws"), "spec": {"template": {"spec": {"iamInstanceProfile": "arn:aws:iam::123456789012:instance-profile/gpu-nodes"}}}},
+    # Not this cluster's: a template no node group of it uses, another cluster's node group.
+    {"apiVersion": INFRA, "kind": "AWSMachineTemplate", "metadata": _meta("unused-aws"), "spec": {"template": {"spec": {"iamInstanceProfile": "x"}}}},
+    _group("MachineDeployment", "elsewhere", "AWSMachineTemplate", cluster="staging"),
+    {"apiVersion": INFRA, "kind": "AWSMachineTemplate", "metadata": _meta("elsewhere-aws"), "spec": {"template": {"spec": {"iamInstanceProfile": "y"}}}},
+]
+
+
+def test_the_node_groups_name_the_roles_their_nodes_run_with() -> None:
+    from function.cluster import NodeIdentity, node_identities
+
+    assert node_identities(NODE_GROUPS, "payments", "prod") == (
+        NodeIdentity("AWSMachinePool payments/self-aws", instance_profile="nodes.cluster-api-provider-aws.sigs.k8s.io"),
+        NodeIdentity(
+            "AWSMachineTemplate payments/md-aws",
+            instance_profile="arn:aws:iam::123456789012:instance-profile/gpu-nodes",
+        ),
+        NodeIdentity("AWSManagedMachinePool payments/managed-aws", role="prod-managed-nodes"),
+        NodeIdentity("AWSManagedMachinePool payments/other-aws", role=NODE_ROLE),
+    )
+    assert node_identities(NODE_GROUPS, "other", "prod") == ()
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_preflight_checks_the_roles_the_node_groups_use(server: h.MotoServer, tmp_path: Path) -> None:
+    """Not CAPA's default node group role alone: self-managed nodes run with the role of their
+    instance profile (clusterawsadm's nodes.cluster-api-provider-aws.sigs.k8s.io), managed ones
+    with their AWSManagedMachinePool's roleName."""
+    server.reset()
+    clients = h.make_clients(server.endpoint, region="us-west-2")
+    ec2 = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
+    for role in (NODE_ROLE, "prod-managed-nodes", "nodes.cluster-api-provider-aws.sigs.k8s.io", "gpu"):
+        clients.iam.create_role(RoleName=role, AssumeRolePolicyDocument=ec2)
+    for role in (NODE_ROLE, "prod-managed-nodes", "gpu"):
+        clients.iam.attach_role_policy(RoleName=role, PolicyArn=h.EKS_WORKER_NODE_POLICY)
+    for profile, role in (("nodes.cluster-api-provider-aws.sigs.k8s.io", "nodes.cluster-api-provider-aws.sigs.k8s.io"), ("gpu-nodes", "gpu")):
+        clients.iam.create_instance_profile(InstanceProfileName=profile)
+        clients.iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=role)
+    groups = tmp_path / "node-groups.yaml"
+    groups.write_text(yaml.safe_dump_all(NODE_GROUPS))
+
+    code, report = _preflight(server, "--required", str(groups))
+    nodes = {c["name"]: f"{c['status']}: {c['message']}" for c in report["checks"] if "node-role" in c["name"]}
+    assert code == 1
+    assert nodes == {
+        f"pod-identity/node-role/{NODE_ROLE}": f"pass: policy {h.EKS_WORKER_NODE_POLICY} of the node role "
+        f"{NODE_ROLE} allows eks-auth:AssumeRoleForPodIdentity (used by AWSManagedMachinePool payments/other-aws)",
+        "pod-identity/node-role/prod-managed-nodes": f"pass: policy {h.EKS_WORKER_NODE_POLICY} of the node role "
+        "prod-managed-nodes allows eks-auth:AssumeRoleForPodIdentity (used by AWSManagedMachinePool "
+        "payments/managed-aws)",
+        "pod-identity/node-role/gpu": f"pass: policy {h.EKS_WORKER_NODE_POLICY} of the node role gpu allows "
+        "eks-auth:AssumeRoleForPodIdentity (used by AWSMachineTemplate payments/md-aws (instance profile gpu-nodes))",
+        "pod-identity/node-role/nodes.cluster-api-provider-aws.sigs.k8s.io": "fail: no policy of the node role "
+        "nodes.cluster-api-provider-aws.sigs.k8s.io allows eks-auth:AssumeRoleForPodIdentity: the "
+        "eks-pod-identity-agent cannot get the add-ons' credentials, and their pods run without them (used by "
+        "AWSMachinePool payments/self-aws (instance profile nodes.cluster-api-provider-aws.sigs.k8s.io))",
+    }
+    # Without the node groups: CAPA's default role, and it says why that one.
+    _, report = _preflight(server)
+    nodes = {c["name"]: c["message"] for c in report["checks"] if "node-role" in c["name"]}
+    assert list(nodes) == [f"pod-identity/node-role/{NODE_ROLE}"]
+    assert nodes[f"pod-identity/node-role/{NODE_ROLE}"].endswith(
+        "(used by CAPA's default for EKS managed node groups: no node group of the cluster was given; pass its "
+        "MachinePools or MachineDeployments and their AWS objects with --required, or --node-role)"
+    )

@@ -32,6 +32,7 @@ from click.testing import CliRunner
 
 from function.policies import STS_AUDIENCE, pod_identity_trust_policy
 from function_tools.aws.checks import Clients
+from function_tools.aws.pod_identity_checks import ASSUMED
 from function_tools.aws.role_checks import addon_roles
 from function_tools.aws.target import Target, build_target
 from function_tools.commands.aws import aws
@@ -336,7 +337,7 @@ def test_aws_preflight_of_the_pod_identity_example_checks_the_agents_node_permis
     code, report = _preflight(server, example, account)
     assert (code, _not_passed(report)) == (0, {})
     node = next(c for c in report["checks"] if c["name"] == f"pod-identity/node-role/{role}")
-    assert node["message"] == f"policy {worker} of the node role {role} allows eks-auth:AssumeRoleForPodIdentity"
+    assert node["message"].startswith(f"policy {worker} of the node role {role} allows eks-auth:AssumeRoleForPodIdentity (used by CAPA's default")
     assert report["issuerURL"] is None
     assert report["phase"] == "before"
 
@@ -386,7 +387,8 @@ def test_aws_preflight_of_the_pod_identity_example_checks_the_agents_node_permis
     assert _not_passed(report) == {
         f"pod-identity/node-role/{role}": (
             f"fail: no policy of the node role {role} allows eks-auth:AssumeRoleForPodIdentity: the "
-            "eks-pod-identity-agent cannot get the add-ons' credentials, and their pods run without them"
+            "eks-pod-identity-agent cannot get the add-ons' credentials, and their pods run without them "
+            f"(used by {ASSUMED})"
         )
     }
     failed = next(c for c in report["checks"] if c["status"] == "fail")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
+from function.cluster import EKS_NODEGROUP_ROLE, NodeIdentity
 from function.names import Partition
 from function.policies import managed_policy_arn
 from function.spec_base import IRSAMode
@@ -30,8 +32,13 @@ from function_tools.aws.checks import Check, Status, absent, code, denied, plura
 
 ACTION = "eks-auth:AssumeRoleForPodIdentity"
 # The role clusterawsadm makes for CAPA's EKS managed node groups
-# (AWSManagedMachinePool without spec.roleName).
-DEFAULT_NODE_ROLE = "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io"
+# (AWSManagedMachinePool without spec.roleName): checked when nothing names another.
+DEFAULT_NODE_ROLE = EKS_NODEGROUP_ROLE
+ASSUMED = (
+    "CAPA's default for EKS managed node groups: no node group of the cluster was given; pass "
+    "its MachinePools or MachineDeployments and their AWS objects with --required, or "
+    "--node-role"
+)
 WORKER_NODE_POLICY = "policy/AmazonEKSWorkerNodePolicy"
 
 
@@ -79,8 +86,57 @@ def _matches(statement: dict[str, Any]) -> bool:
     return any(fnmatch.fnmatchcase(ACTION.lower(), str(a).lower()) for a in actions)
 
 
-def check_node_role(iam: Any, role: str, partition: Partition) -> Check:
-    """The nodes' role allows eks-auth:AssumeRoleForPodIdentity (and no policy of it denies it)."""
+def node_roles(
+    iam: Any, identities: Sequence[NodeIdentity]
+) -> tuple[dict[str, list[str]], list[Check]]:
+    """The roles the node groups run with (role -> what uses it), and what stands in the way.
+
+    An AWSManagedMachinePool names its role; self-managed nodes an instance profile, whose
+    role IAM says.
+    """
+    roles: dict[str, list[str]] = {}
+    problems = []
+    for node in identities:
+        if node.role:
+            roles.setdefault(node.role, []).append(node.source)
+            continue
+        name = f"pod-identity/node-role/{node.source}"
+        if not node.instance_profile:
+            msg = f"{node.source} names no instance profile: its nodes have no role to ask with"
+            fix = "give it CAPA's nodes.cluster-api-provider-aws.sigs.k8s.io (clusterawsadm's)"
+            problems.append(Check(name, Status.FAIL, msg, fix))
+            continue
+        profile = node.instance_profile.rsplit("/", 1)[-1]  # a name, or an ARN's last part
+        try:
+            held = iam.get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]
+        except ClientError as err:
+            if not absent(err, "NoSuchEntity"):
+                raise
+            msg = f"the instance profile {profile} of {node.source} does not exist"
+            problems.append(Check(name, Status.FAIL, msg, "create it, or name another"))
+            continue
+        if not held.get("Roles"):
+            msg = f"the instance profile {profile} of {node.source} holds no role"
+            fix = f"aws iam add-role-to-instance-profile --instance-profile-name {profile} ..."
+            problems.append(Check(name, Status.FAIL, msg, fix))
+        for role in held.get("Roles", []):
+            used = f"{node.source} (instance profile {profile})"
+            roles.setdefault(str(role["RoleName"]), []).append(used)
+    return roles, problems
+
+
+def check_node_role(iam: Any, role: str, partition: Partition, used_by: str = "") -> Check:
+    """The nodes' role allows eks-auth:AssumeRoleForPodIdentity (and no policy of it denies it).
+
+    ``used_by``: what runs with it, said after each message.
+    """
+    check = _node_role(iam, role, partition)
+    if not used_by:
+        return check
+    return dataclasses.replace(check, message=f"{check.message} (used by {used_by})")
+
+
+def _node_role(iam: Any, role: str, partition: Partition) -> Check:
     name = f"pod-identity/node-role/{role}"
     fix = (
         f"aws iam attach-role-policy --role-name {role} --policy-arn "
@@ -96,7 +152,10 @@ def check_node_role(iam: Any, role: str, partition: Partition) -> Check:
             f"the node role {role} does not exist: the eks-pod-identity-agent asks for the pods' "
             f"credentials with the node's role ({ACTION})"
         )
-        where = "pass the role of the cluster's node groups (AWSManagedMachinePool spec.roleName)"
+        where = (
+            "create it, or pass the cluster's node groups with --required (the roles their "
+            "AWSManagedMachinePools and instance profiles name), or their role"
+        )
         return Check(name, Status.FAIL, msg, f"{where} with --node-role")
     allowed = denied = ""
     for source, doc in _documents(iam, role):

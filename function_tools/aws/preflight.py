@@ -51,6 +51,7 @@ from function_tools.aws.issuer_checks import (
 )
 from function_tools.aws.network_checks import check_external_resource_gc, check_security_groups
 from function_tools.aws.pod_identity_checks import (
+    ASSUMED,
     DEFAULT_NODE_ROLE,
     Wanted,
     check_associations,
@@ -58,6 +59,7 @@ from function_tools.aws.pod_identity_checks import (
     check_node_role,
     leftovers_not_run,
     leftovers_unread,
+    node_roles,
 )
 from function_tools.aws.role_checks import (
     RoleExpectation,
@@ -240,14 +242,15 @@ def run(
     clients: Clients,
     phase: Phase = Phase.AUTO,
     live: cf.Fetch | None = None,
-    node_roles: tuple[str, ...] = (DEFAULT_NODE_ROLE,),
+    node_roles: tuple[str, ...] = (),
     *,
     service_accounts: ReadServiceAccounts | None = None,
 ) -> Report:
     """Every check that applies to ``target``, in the order the function creates things.
 
     ``live`` fetches the SelfHosted issuer's discovery URL as STS would (``--live``).
-    ``node_roles``: EKS Pod Identity: the nodes' roles, which the agent asks with.
+    ``node_roles``: EKS Pod Identity: the nodes' roles, which the agent asks with
+    (``--node-role``); by default those the target's node groups name, else CAPA's default.
     ``service_accounts``: EKS Pod Identity: reads the workload cluster's ServiceAccounts
     (``--workload-kubeconfig``); without it the leftover check says it was not run.
     Each check turns AWS's "not found" answers it expects into a finding with its fix;
@@ -361,6 +364,23 @@ def _pod_identity_cluster(
     report.checks.append(check_leftovers(wanted, found))
 
 
+def _node_roles(target: Target, clients: Clients, explicit: tuple[str, ...]) -> list[Check]:
+    """Pod Identity: each role the nodes run with allows the agent's call.
+
+    ``--node-role`` names them; else the node groups given with ``--required`` do; else
+    CAPA's default role for managed node groups is checked, saying so.
+    """
+    partition = target.partition
+    if explicit:
+        return [check_node_role(clients.iam, r, partition) for r in explicit]
+    if not target.node_identities:
+        return [check_node_role(clients.iam, DEFAULT_NODE_ROLE, partition, ASSUMED)]
+    roles, checks = node_roles(clients.iam, target.node_identities)
+    for role, used_by in roles.items():
+        checks.append(check_node_role(clients.iam, role, partition, ", ".join(used_by)))
+    return checks
+
+
 def _run(
     report: Report,
     clients: Clients,
@@ -388,7 +408,7 @@ def _run(
     elif mode is IRSAMode.POD_IDENTITY:
         msg = "EKS Pod Identity: no bucket or OIDC provider; roles trust pods.eks.amazonaws.com"
         report.checks.append(Check("irsa", Status.PASS, msg))
-        report.checks += [check_node_role(clients.iam, r, target.partition) for r in node_roles]
+        report.checks += _node_roles(target, clients, node_roles)
     elif mode is IRSAMode.SELF_HOSTED:
         after = _self_hosted(report, clients, account, phase)
         if live is not None:

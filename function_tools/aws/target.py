@@ -32,6 +32,8 @@ class Target:
     # Where the public key came from (a file, or Secret ns/name), for messages.
     key_source: str = ""
     key_problem: str | None = None
+    # What the cluster's node groups run with, from the objects given (cluster.node_identities).
+    node_identities: tuple[cluster.NodeIdentity, ...] = ()
 
     @property
     def spec(self) -> ClusterPluginSpec:
@@ -118,7 +120,8 @@ def build_target(
     Args:
         xr: The ClusterPlugin (or legacy XClusterPlugin) object.
         required: Objects Crossplane would hand the function (Cluster API
-            objects, the ``<cluster>-sa`` Secret).
+            objects, the ``<cluster>-sa`` Secret), and the cluster's node groups with their
+            AWS objects (the roles Pod Identity's agent asks with).
         step_input: The step's ``Input`` object.
         region_flag: ``--region``, when neither spec.region nor the AWSCluster says it.
         public_key: The service-account public key (PEM), overriding the Secret.
@@ -131,7 +134,9 @@ def build_target(
         InvalidInputError: the function would refuse the XR or its input.
         RegionError: the region is unknown, or ``region_flag`` disagrees with it.
     """
+    required = list(required)
     accepted, facts = accept_with_objects(xr, step_input, required)
+    nodes = cluster.node_identities(required, accepted.namespace, accepted.spec.cluster_name)
     chosen, _ = region(accepted, facts, region_flag)
     key_source, key_problem = public_key_source, None
     if public_key is None and (facts.sa_public_pem is not None or facts.sa_problem):
@@ -139,4 +144,4 @@ def build_target(
         public_key = facts.sa_public_pem
         if facts.sa_problem:
             key_problem = f"{key_source}: {facts.sa_problem}"
-    return Target(accepted, facts, chosen, public_key, key_source, key_problem)
+    return Target(accepted, facts, chosen, public_key, key_source, key_problem, nodes)

@@ -53,7 +53,9 @@ from function_tools import options
     multiple=True,
     metavar="NAME",
     help="spec.irsa.mode PodIdentity: a role of the cluster's nodes, which must allow "
-    "eks-auth:AssumeRoleForPodIdentity. Repeatable. [default: CAPA's "
+    "eks-auth:AssumeRoleForPodIdentity. Repeatable. [default: the roles the node groups given "
+    "with --required name (AWSManagedMachinePool spec.roleName, the instance profiles of "
+    "AWSMachinePools and of MachineDeployments' AWSMachineTemplates), else CAPA's "
     "eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io]",
 )
 @click.option(
@@ -131,9 +133,8 @@ def preflight_cmd(
     try:
         clients = make_clients(profile=profile, region=target.region, endpoint_url=endpoint_url)
         fetch = https_fetch(live_endpoint) if live or live_endpoint else None
-        roles = node_roles or (pf.DEFAULT_NODE_ROLE,)
         read = workload.annotations if workload else None
-        report = pf.run(target, clients, pf.Phase(phase), fetch, roles, service_accounts=read)
+        report = pf.run(target, clients, pf.Phase(phase), fetch, node_roles, service_accounts=read)
     except (BotoCoreError, ClientError) as err:
         # A check that cannot run at all (no endpoint, unknown profile, an unexpected denial).
         msg = f"an AWS call failed: {err}"
