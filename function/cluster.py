@@ -49,6 +49,7 @@ REQ_USER_OF = "user-of/"
 REQ_FINALIZING = "finalizing/"
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
+KUBEADM_CONTROL_PLANE = "KubeadmControlPlane"
 # CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
 # garbage collection of the load balancers (and security groups) others made off.
 EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"
@@ -166,6 +167,9 @@ class ClusterFacts:
     # The KubeadmControlPlane runs kubelets / the controller manager with
     # ``cloud-provider: external``: nodes stay tainted until a CCM runs.
     external_cloud_provider: bool = False
+    # The KubeadmControlPlane's --service-account-issuer (the first: the one the API server
+    # signs tokens with), None when it sets none or the control plane is not kubeadm's.
+    service_account_issuer: str | None = None
     # The Cluster's uid: its own, or (Crossplane 1.x, which never reads the Cluster)
     # from the ownerReferences CAPI puts on the control plane and infrastructure.
     cluster_uid: str | None = None
@@ -508,6 +512,19 @@ def external_cloud_provider(cp: struct_pb2.Struct) -> bool:
     )
 
 
+_API_SERVER_ARGS = ("spec", "kubeadmConfigSpec", "clusterConfiguration", "apiServer", "extraArgs")
+
+
+def service_account_issuer(cp: struct_pb2.Struct) -> str | None:
+    """A KubeadmControlPlane's --service-account-issuer (the first, which signs), or None.
+
+    None too for another kind of control plane: only kubeadm's is read.
+    """
+    if structs.str_at(cp, "kind") != KUBEADM_CONTROL_PLANE:
+        return None
+    return _arg(cp, "service-account-issuer", *_API_SERVER_ARGS) or None
+
+
 def _eks_addons(cp: struct_pb2.Struct) -> dict[str, str]:
     """Name -> status of each add-on an AWSManagedControlPlane's spec.addons lists."""
     reported = {
@@ -646,6 +663,7 @@ def read_facts(
         sa_problem=problem,
         kubernetes_version=_kubernetes_version(cp) if cp is not None else None,
         external_cloud_provider=cp is not None and external_cloud_provider(cp),
+        service_account_issuer=service_account_issuer(cp) if cp is not None else None,
         cluster_uid=_cluster_uid(cluster, (cp, infra), cluster_name),
         cluster_ref=cluster_ref,
         deleting=_deleting((cluster, cp, infra)),

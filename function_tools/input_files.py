@@ -52,7 +52,12 @@ def _text(f: Path) -> str:
         raise InputFileError(msg) from None
 
 
-def _yaml_error(f: Path, err: yaml.YAMLError) -> InputFileError:
+def read_text(path: str | Path) -> str:
+    """A file's UTF-8 text, or an InputFileError naming the file and why not."""
+    return _text(Path(path))
+
+
+def yaml_error(f: Path, err: yaml.YAMLError) -> InputFileError:
     """One line: what is wrong and where (PyYAML's own text spans several)."""
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     mark = getattr(err, "problem_mark", None)
@@ -73,7 +78,7 @@ def _load(paths: Iterable[str | Path], *, objects: bool) -> tuple[list[dict[str,
             try:
                 docs = list(yaml.safe_load_all(_text(f)))
             except yaml.YAMLError as err:
-                raise _yaml_error(f, err) from None
+                raise yaml_error(f, err) from None
             for n, doc in enumerate(docs, start=1):
                 if doc is None:
                     continue

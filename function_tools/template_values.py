@@ -20,8 +20,10 @@ nothing heavy at module level, and the server's start pays nothing for it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # The template this command computes for, and the variables it fills (docs/capa-template.md).
@@ -29,6 +31,9 @@ TEMPLATE = "templates/cluster-template-clusterplugin.yaml"
 ISSUER_VARIABLE = "CLUSTER_PLUGIN_ISSUER_URL"
 COMPOSITION_VARIABLE = "CLUSTER_PLUGIN_COMPOSITION"
 REGION_VARIABLE = "AWS_REGION"
+
+# clusterctl's two variable forms, ${NAME} and ${NAME:=default}.
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::=([^}]*))?\}")
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,53 @@ class TemplateValues:
                 "",
             ]
         )
+
+
+def template_problem(values: TemplateValues, template: str) -> str | None:
+    """Why the cluster ``template`` makes with ``values`` would not sign with their issuer, or None.
+
+    Substituted as clusterctl does (the variables this command computes, CLUSTER_NAME and the
+    defaults; others stay as they are), then each KubeadmControlPlane's
+    --service-account-issuer against the issuer the ClusterPlugin's roles will trust: the API
+    server signs with it from its first boot, and a template naming another issuer, or none,
+    makes a cluster whose add-ons get tokens STS refuses. Raises ``InputFileError`` for a
+    template that cannot be read.
+    """
+    import yaml  # noqa: PLC0415
+    from google.protobuf import json_format, struct_pb2  # noqa: PLC0415
+
+    from function.addons.irsa import issuer_mismatch  # noqa: PLC0415
+    from function.cluster import KUBEADM_CONTROL_PLANE, service_account_issuer  # noqa: PLC0415
+    from function.spec_base import IRSAMode  # noqa: PLC0415
+    from function_tools.input_files import read_text, yaml_error  # noqa: PLC0415
+
+    known = {**values.variables(), "CLUSTER_NAME": values.cluster}
+
+    def one(match: re.Match[str]) -> str:
+        return known.get(match.group(1), match.group(2) or match.group(0))
+
+    text = _VARIABLE.sub(one, read_text(template))
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except yaml.YAMLError as err:
+        raise yaml_error(Path(template), err) from None
+    planes = [d for d in docs if d.get("kind") == KUBEADM_CONTROL_PLANE]
+    if not planes:
+        return (
+            f"{template} holds no {KUBEADM_CONTROL_PLANE}: nothing starts the API server with "
+            f"the issuer {values.issuer_url} (SelfHosted IRSA is for kubeadm control planes)"
+        )
+    for plane in planes:
+        name = str((plane.get("metadata") or {}).get("name") or "")
+        signing = service_account_issuer(json_format.ParseDict(plane, struct_pb2.Struct()))
+        where = f"{values.namespace}/{name}"
+        found = issuer_mismatch(signing, values.issuer_url, where, IRSAMode.SELF_HOSTED)
+        if found is not None:
+            fix = found[1].replace(
+                f"to {values.issuer_url}", f"to ${{{ISSUER_VARIABLE}}} ({values.issuer_url})", 1
+            )
+            return f"{template}: the {found[0]}; {fix}"
+    return None
 
 
 def _prefix_source(

@@ -87,6 +87,7 @@ def problems(report: pf.Report) -> dict[str, str]:
 
 ALL_CHECKS = [
     "credentials",
+    "issuer/api-server",
     "account/s3-block-public-access",
     "bucket",
     "bucket/public-access-block",
@@ -644,3 +645,37 @@ def test_external_resource_gc_unknown_without_the_awscluster(world: InMemoryCros
     check = by_name(world.run(target=target))["deletion/external-resource-gc"]
     assert check.status is Status.WARN
     assert check.message == "no AWSCluster given: cannot tell whether CAPA's external resource GC is on"
+
+
+def test_the_api_server_must_sign_with_the_issuer_the_roles_trust() -> None:
+    """Before anything is composed: the KubeadmControlPlane given names the issuer the function
+    composes; another one, or none, fails naming both and the fix."""
+    from tests.scenarios import example, find
+
+    xr, required = example("selfhosted-full")
+    issuer = "https://irsa-team-a-demo-1960e3.s3.us-east-1.amazonaws.com"
+    check = issuer_checks.check_api_server_issuer(build_target(xr, required=required))
+    assert check is not None
+    assert (check.status, check.message) == (
+        Status.PASS,
+        f"KubeadmControlPlane team-a/demo-control-plane signs with {issuer}, the issuer the roles trust",
+    )
+    kcp = find(required, "KubeadmControlPlane")
+    args = kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"]
+    next(a for a in args if a["name"] == "service-account-issuer")["value"] = "https://oidc.example.com"
+    check = issuer_checks.check_api_server_issuer(build_target(xr, required=required))
+    assert check is not None
+    assert check.status is Status.FAIL
+    assert check.message == (
+        "KubeadmControlPlane team-a/demo-control-plane starts the API server with "
+        f"--service-account-issuer=https://oidc.example.com, but the add-on roles trust {issuer}: STS "
+        "refuses the tokens of every add-on"
+    )
+    assert check.fix.startswith(f"set service-account-issuer to {issuer}, first, in its spec.kubeadmConfigSpec")
+    # Without the control plane it cannot be checked, and says so; EKS signs with its own.
+    without = [o for o in required if o["kind"] != "KubeadmControlPlane"]
+    check = issuer_checks.check_api_server_issuer(build_target(xr, required=without))
+    assert check is not None
+    assert (check.status, check.message) == (Status.WARN, "not checked: the KubeadmControlPlane was not given")
+    eks, eks_required = example("external-eks")
+    assert issuer_checks.check_api_server_issuer(build_target(eks, required=eks_required)) is None

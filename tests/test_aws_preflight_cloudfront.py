@@ -168,6 +168,7 @@ def test_a_shared_distribution_set_up_as_documented_passes(server: h.MotoServer)
     after = w.run(Phase.AFTER)
     assert list(irsa_checks(after)) == [
         "credentials",
+        "issuer/api-server",
         "account/s3-block-public-access",
         "shared/bucket",
         "shared/bucket-ownership",
@@ -357,6 +358,7 @@ def test_a_not_found_no_check_expects_ends_the_report_with_a_fail(server: h.Moto
     report = pf.run(target, dataclasses.replace(clients, s3=_Vanishing(clients.s3, bucket)))
     assert [c.name for c in report.checks] == [
         "credentials",
+        "issuer/api-server",
         "account/s3-block-public-access",
         "aws/not-found",
     ]
@@ -496,6 +498,7 @@ def test_a_managed_distribution_passes_before_and_after(server: h.MotoServer) ->
     assert {n: c.message for n, c in irsa_checks(before).items() if c.status is not Status.PASS} == {}
     assert list(irsa_checks(before)) == [
         "credentials",
+        "issuer/api-server",
         "account/s3-block-public-access",
         "managed/certificate",
         "managed/hosted-zone",

@@ -244,3 +244,44 @@ def test_template_values_refuses_bad_input_in_one_line(args: list[str], message:
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def _template_values(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["template-values", CLUSTER, "--namespace", NAMESPACE, "--region", REGION, *args])
+
+
+def test_template_values_checks_the_templates_issuer_before_anything_is_composed(tmp_path: Path) -> None:
+    """The template's KubeadmControlPlane must start the API server with the issuer the roles will
+    trust: a template that names another, or none, is refused (exit 1) naming both and the fix."""
+    template = capa_template.text()
+    assert "${CLUSTER_PLUGIN_ISSUER_URL}" in template
+    ours = tmp_path / "ours.yaml"
+    ours.write_text(template)
+    assert _template_values("--template", str(ours)).exit_code == 0
+    issuer_url = _values()[template_values.ISSUER_VARIABLE]
+    other = tmp_path / "other.yaml"
+    other.write_text(template.replace('"${CLUSTER_PLUGIN_ISSUER_URL}"', "https://oidc.example.com/blue"))
+    result = _template_values("--template", str(other))
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: {other}: the KubeadmControlPlane {NAMESPACE}/{CLUSTER}-control-plane starts the API "
+        f"server with --service-account-issuer=https://oidc.example.com/blue, but the add-on roles trust "
+        f"{issuer_url}: STS refuses the tokens of every add-on; set service-account-issuer to "
+        f"${{CLUSTER_PLUGIN_ISSUER_URL}} ({issuer_url}), first, in its spec.kubeadmConfigSpec."
+        "clusterConfiguration.apiServer.extraArgs (function-cluster-plugin issuer prints the patch; the "
+        "control plane rolls out)"
+    )
+    unset = tmp_path / "unset.yaml"
+    unset.write_text(
+        template.replace('        - name: service-account-issuer\n          value: "${CLUSTER_PLUGIN_ISSUER_URL}"\n', "")
+    )
+    assert "name: service-account-issuer" not in unset.read_text()
+    result = _template_values("--template", str(unset))
+    assert result.exit_code == 1
+    assert "sets no --service-account-issuer, so the API server signs with kubeadm's default" in result.output
+    # Not a template at all: one line, exit 2.
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [")
+    result = _template_values("--template", str(broken))
+    assert result.exit_code == 2
+    assert f"{broken}: not valid YAML or JSON" in result.output

@@ -101,6 +101,13 @@ def test_no_plugins_whole_response() -> None:
                 "message": "the control plane has not been read yet",
                 "target": "TARGET_COMPOSITE",
             },
+            {
+                "type": "IssuerReady",
+                "status": "STATUS_CONDITION_TRUE",
+                "reason": "NotRequired",
+                "message": "no add-on role trusts a service-account issuer",
+                "target": "TARGET_COMPOSITE",
+            },
         ],
         "requirements": {
             "resources": {

@@ -317,3 +317,69 @@ def test_says_which_name_prefix_it_assumed_without_a_composition(
     assert r.exit_code == 0
     assert r.stderr == ""
     assert "https://acme-irsa-team-a-demo-" in r.stdout
+
+
+# --- IssuerReady: the API server signs with the issuer the roles trust ---------------------------
+
+SELFHOSTED_ISSUER = "https://irsa-team-a-demo-1960e3.s3.us-east-1.amazonaws.com"
+
+
+def _issuer_condition(name: str, args: list[dict[str, str]] | None = None, **spec: Any) -> dict[str, str]:
+    """The IssuerReady condition the function sets for an example, its KCP's extraArgs replaced."""
+    from tests.scenarios import by_name, find
+
+    world = by_name(name).world(staged=False)
+    if args is not None:
+        kcp = find(world.required, "KubeadmControlPlane")
+        kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"] = args
+    world.xr["spec"].update(spec)
+    world.run(2)
+    return next(c for c in world.xr["status"]["conditions"] if c["type"] == "IssuerReady")
+
+
+def _said(cond: dict[str, str]) -> tuple[str, str, str]:
+    return cond["status"], cond["reason"], cond["message"]
+
+
+def test_the_issuer_condition_is_true_when_the_api_server_signs_with_the_trusted_issuer() -> None:
+    assert _said(_issuer_condition("selfhosted-full")) == (
+        "True",
+        "Matches",
+        (f"KubeadmControlPlane team-a/demo-control-plane signs with {SELFHOSTED_ISSUER}, the issuer "
+        "the add-on roles trust"),
+    )
+    # Not the first issuer: the API server signs with the first one.
+    second = [
+        {"name": "service-account-issuer", "value": "https://kubernetes.default.svc.cluster.local"},
+        {"name": "service-account-issuer", "value": SELFHOSTED_ISSUER},
+    ]
+    assert _issuer_condition("selfhosted-full", second)["reason"] == "IssuerMismatch"
+    # Where no issuer is trusted or the cluster signs with its own, nothing to compare.
+    assert _said(_issuer_condition("eks-pod-identity"))[:2] == ("True", "NotRequired")
+    assert _said(_issuer_condition("external-eks"))[:2] == ("True", "ManagedByEKS")
+
+
+def test_another_issuer_or_none_is_a_condition_naming_both_and_the_fix() -> None:
+    other = [{"name": "service-account-issuer", "value": "https://oidc.example.com/demo"}]
+    cond = _issuer_condition("selfhosted-full", other)
+    assert _said(cond) == (
+        "False",
+        "IssuerMismatch",
+        ("KubeadmControlPlane team-a/demo-control-plane starts the API server with "
+        "--service-account-issuer=https://oidc.example.com/demo, but the add-on roles trust "
+        f"{SELFHOSTED_ISSUER}: STS refuses the tokens of every add-on; set service-account-issuer "
+        f"to {SELFHOSTED_ISSUER}, first, in its spec.kubeadmConfigSpec.clusterConfiguration."
+        "apiServer.extraArgs (function-cluster-plugin issuer prints the patch; the control plane "
+        "rolls out)"),
+    )
+    cond = _issuer_condition("selfhosted-full", [{"name": "api-audiences", "value": "sts.amazonaws.com"}])
+    assert cond["reason"] == "IssuerNotSet"
+    assert "sets no --service-account-issuer, so the API server signs with kubeadm's default " in cond["message"]
+    assert "https://kubernetes.default.svc.cluster.local" in cond["message"]
+    # External on a kubeadm cluster: the given issuer, or the API server's, must change.
+    external = {"mode": "External", "issuerURL": "https://oidc.example.com/demo",
+                "oidcProviderARN": "arn:aws:iam::123456789012:oidc-provider/oidc.example.com/demo"}
+    cond = _issuer_condition("selfhosted-full", irsa=external)
+    assert cond["reason"] == "IssuerMismatch"
+    assert "give spec.irsa.issuerURL (and oidcProviderARN) the API server's issuer, or set" in cond["message"]
+    assert _issuer_condition("selfhosted-full", other, irsa=external)["reason"] == "Matches"

@@ -19,9 +19,11 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from function.addons import ccm, cni, oidc_issuer
 from function.addons.helm import release
 from function.addons.oidc_issuer import CloudFrontSpec, DistributionMode, HostingSpec
+from function.cluster import KUBEADM_CONTROL_PLANE, control_plane_name
 from function.graph import (
     Addon,
     CallContext,
+    ConditionOut,
     MissingFactError,
     Plugin,
     Release,
@@ -29,6 +31,7 @@ from function.graph import (
     Wait,
     after,
     external_issuer,
+    issuer_url,
 )
 from function.policies import STS_AUDIENCE
 from function.spec_base import (
@@ -338,6 +341,90 @@ def webhook_ready(ctx: CallContext) -> Wait | None:
     return _WEBHOOK_READY(ctx)
 
 
+# The condition saying whether the API server signs with the issuer the roles trust.
+CONDITION = "IssuerReady"
+# What kubeadm's API server signs with when the KubeadmControlPlane names no issuer.
+KUBEADM_DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+API_SERVER_ARGS = "spec.kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs"
+
+
+def issuer_mismatch(
+    signing: str | None, trusted: str, control_plane: str, mode: IRSAMode
+) -> tuple[str, str] | None:
+    """Why the roles refuse the API server's tokens, naming both issuers, and the fix; or None.
+
+    ``signing``: the KubeadmControlPlane's --service-account-issuer (None: unset, kubeadm's
+    default); ``trusted``: the issuer the add-on roles trust. The tokens carry the first
+    issuer the API server has, and STS accepts them only from the issuer of the OIDC
+    provider the roles trust: another one leaves every resource Ready and no add-on able
+    to reach AWS.
+    """
+    if signing is not None and signing.rstrip("/") == trusted.rstrip("/"):
+        return None
+    said = (
+        f"starts the API server with --service-account-issuer={signing}"
+        if signing
+        else "sets no --service-account-issuer, so the API server signs with kubeadm's default "
+        + KUBEADM_DEFAULT_ISSUER
+    )
+    fix = (
+        f"set service-account-issuer to {trusted}, first, in its {API_SERVER_ARGS} "
+        "(function-cluster-plugin issuer prints the patch; the control plane rolls out)"
+    )
+    if mode is IRSAMode.EXTERNAL:
+        fix = f"give spec.irsa.issuerURL (and oidcProviderARN) the API server's issuer, or {fix}"
+    problem = (
+        f"KubeadmControlPlane {control_plane} {said}, but the add-on roles trust {trusted}: "
+        "STS refuses the tokens of every add-on"
+    )
+    return problem, fix
+
+
+def condition(ctx: CallContext, _phases: Mapping[str, str]) -> ConditionOut:  # noqa: PLR0911
+    """IssuerReady: the API server signs tokens with the issuer the add-on roles trust."""
+    facts = ctx.facts
+    if not ctx.wants_irsa or ctx.irsa in (IRSAMode.DISABLED, IRSAMode.POD_IDENTITY):
+        return ConditionOut(
+            CONDITION, "True", "NotRequired", "no add-on role trusts a service-account issuer"
+        )
+    if facts.eks:
+        return ConditionOut(
+            CONDITION, "True", "ManagedByEKS", "EKS signs the tokens with the cluster's issuer"
+        )
+    if not facts.control_plane_found:
+        return ConditionOut(
+            CONDITION, "Unknown", "ControlPlaneNotRead", "the control plane has not been read yet"
+        )
+    if facts.control_plane_kind != KUBEADM_CONTROL_PLANE:
+        return ConditionOut(
+            CONDITION,
+            "Unknown",
+            "NotChecked",
+            f"the control plane is a {facts.control_plane_kind}: only a KubeadmControlPlane's "
+            "--service-account-issuer is read",
+        )
+    region = ctx.spec.region or facts.region or ""
+    # An S3Public issuer is in the region; one behind CloudFront is not.
+    unplaced = ctx.hosts_issuer and not region and ctx.names.cloudfront is None
+    trusted = "" if unplaced else issuer_url(ctx.spec, ctx.names, region, facts)
+    if not trusted:
+        return ConditionOut(
+            CONDITION, "Unknown", "IssuerUnknown", "the issuer the roles trust is not known yet"
+        )
+    where = control_plane_name(facts)
+    problem = issuer_mismatch(facts.service_account_issuer, trusted, where, ctx.irsa)
+    if problem:
+        reason = "IssuerMismatch" if facts.service_account_issuer else "IssuerNotSet"
+        message = f"{problem[0]}; {problem[1]}"
+        return ConditionOut(CONDITION, "False", reason, message, event="Warning")
+    return ConditionOut(
+        CONDITION,
+        "True",
+        "Matches",
+        f"KubeadmControlPlane {where} signs with {trusted}, the issuer the add-on roles trust",
+    )
+
+
 def status(ctx: CallContext) -> Mapping[str, Any]:
     """status.issuerURL and status.oidcProviderARN, once known."""
     out: dict[str, Any] = {}
@@ -361,6 +448,7 @@ ADDON = Addon(
     plugin,
     title="the IRSA issuer",
     status=status,
+    condition=condition,
     usages=(
         cni.needed_by(CERT_MANAGER.node, "pods of cert-manager need the CNI until they are gone"),
         cni.needed_by(

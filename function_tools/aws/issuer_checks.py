@@ -13,9 +13,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from function.addons.irsa import issuer_mismatch
 from function.addons.oidc_issuer import KeyProblemError, jwks_document
+from function.cluster import KUBEADM_CONTROL_PLANE, control_plane_name
 from function.names import CLUSTER_TAG, Partition
 from function.policies import DISCOVERY_KEY, JWKS_KEY, STS_AUDIENCE
+from function.spec_base import IRSAMode
 from function_tools.aws.checks import (
     RENAME_FIX,
     Check,
@@ -29,6 +32,7 @@ from function_tools.aws.checks import (
     plural,
     tag_map,
 )
+from function_tools.aws.target import Target
 
 OIDC_PROVIDER_QUOTA = 100
 OIDC_PROVIDER_WARN_AT = 90
@@ -458,3 +462,30 @@ def check_external_oidc_provider(
 def provider_arn_for(partition: Partition, account: str, issuer_host_path: str) -> str:
     """The ARN of the IAM OIDC provider for a self-hosted issuer."""
     return f"arn:{partition.name}:iam::{account}:oidc-provider/{issuer_host_path}"
+
+
+API_SERVER_ISSUER = "issuer/api-server"
+
+
+def check_api_server_issuer(target: Target) -> Check | None:
+    """The KubeadmControlPlane's --service-account-issuer is the issuer the roles trust.
+
+    No AWS call: the control plane given with --required against the issuer the function
+    trusts. None where no issuer is trusted or EKS signs with its own.
+    """
+    spec, facts = target.spec, target.facts
+    if spec.irsa.mode not in (IRSAMode.SELF_HOSTED, IRSAMode.EXTERNAL) or facts.eks:
+        return None
+    if facts.control_plane_kind != KUBEADM_CONTROL_PLANE or not facts.control_plane_found:
+        msg = "not checked: the KubeadmControlPlane was not given"
+        fix = (
+            "pass it with --required (or the cluster template's, generated): the API server must "
+            f"sign with {target.issuer_url}"
+        )
+        return Check(API_SERVER_ISSUER, Status.WARN, msg, fix)
+    where = control_plane_name(facts)
+    found = issuer_mismatch(facts.service_account_issuer, target.issuer_url, where, spec.irsa.mode)
+    if found is not None:
+        return Check(API_SERVER_ISSUER, Status.FAIL, found[0], found[1])
+    msg = f"KubeadmControlPlane {where} signs with {target.issuer_url}, the issuer the roles trust"
+    return Check(API_SERVER_ISSUER, Status.PASS, msg)

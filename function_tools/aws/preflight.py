@@ -41,6 +41,7 @@ from function_tools.aws.issuer_checks import (
     BucketState,
     PrivateReader,
     check_account_public_access_block,
+    check_api_server_issuer,
     check_bucket,
     check_bucket_public_access_block,
     check_discovery,
@@ -364,6 +365,13 @@ def _pod_identity_cluster(
     report.checks.append(check_leftovers(wanted, found))
 
 
+def _api_server_issuer(report: Report) -> None:
+    """IRSA: the API server signs with the issuer the roles trust (the control plane given)."""
+    check = check_api_server_issuer(report.target)
+    if check is not None:
+        report.checks.append(check)
+
+
 def _node_roles(target: Target, clients: Clients, explicit: tuple[str, ...]) -> list[Check]:
     """Pod Identity: each role the nodes run with allows the agent's call.
 
@@ -410,11 +418,13 @@ def _run(
         report.checks.append(Check("irsa", Status.PASS, msg))
         report.checks += _node_roles(target, clients, node_roles)
     elif mode is IRSAMode.SELF_HOSTED:
+        _api_server_issuer(report)
         after = _self_hosted(report, clients, account, phase)
         if live is not None:
             report.checks.append(cf.check_live(live, target.issuer_url))
         provider_arn = provider_arn_for(target.partition, account, target.issuer_host_path)
     else:
+        _api_server_issuer(report)
         provider_arn = _external(report, clients, account)
     wants = _role_expectations(report, account, provider_arn)
     if mode is IRSAMode.POD_IDENTITY and not strict:

@@ -6,11 +6,18 @@ The values themselves are computed by ``function_tools/template_values.py``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from function_tools import options
-from function_tools.template_values import COMPOSITION_VARIABLE, REGION_VARIABLE, compute
+from function_tools.template_values import (
+    COMPOSITION_VARIABLE,
+    REGION_VARIABLE,
+    TEMPLATE,
+    compute,
+    template_problem,
+)
 
 
 @click.command("template-values")
@@ -31,6 +38,12 @@ from function_tools.template_values import COMPOSITION_VARIABLE, REGION_VARIABLE
     "The Composition the ClusterPlugin will use: its step input's namePrefix, and its name for "
     f"{COMPOSITION_VARIABLE}. --input wins over it for the prefix."
 )
+@click.option(
+    "--template",
+    metavar="FILE",
+    help=f"The cluster template whose KubeadmControlPlane must start the API server with the "
+    f"issuer: checked before anything is composed. [default: {TEMPLATE}, when it is there]",
+)
 @options.output_option(
     ["text", "env", "yaml", "json"],
     "text",
@@ -45,6 +58,7 @@ def template_values_cmd(
     region: str,
     input_file: str | None,
     composition: str | None,
+    template: str | None,
     output: str,
 ) -> None:
     """Print the values the CAPA cluster template needs for CLUSTER_NAME in --namespace.
@@ -52,7 +66,8 @@ def template_values_cmd(
     The SelfHosted IRSA issuer URL (the API server's --service-account-issuer from the
     cluster's first boot), the Composition the ClusterPlugin uses and the region, for
     templates/cluster-template-clusterplugin.yaml (docs/capa-template.md), before any
-    XR exists. Says which namePrefix the issuer was computed with.
+    XR exists. Says which namePrefix the issuer was computed with. Exits 1 when the
+    template's KubeadmControlPlane would start the API server with another issuer, or none.
     """
     from function_tools import input_files, issuer  # noqa: PLC0415
 
@@ -67,11 +82,16 @@ def template_values_cmd(
             composition=composition,
             region_from=region_from,
         )
+        template = template or (TEMPLATE if Path(TEMPLATE).is_file() else None)
+        problem = template_problem(values, template) if template else None
     except input_files.InputFileError as err:
         raise options.InputError(str(err)) from None
     except issuer.IssuerError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(2)
+    if problem:
+        click.echo(f"Error: {problem}", err=True)
+        sys.exit(1)
     if output == "env":
         click.echo(values.env(), nl=False)
     elif output == "json":
