@@ -216,6 +216,23 @@ class ConditionOut:
     event: str = ""
 
 
+def eks_or_unread(
+    condition: str, facts: ClusterFacts, on_eks: tuple[str, str]
+) -> ConditionOut | None:
+    """An add-on's condition before its own judgement, or None.
+
+    True on EKS, which provides what it checks (``on_eks``: reason, message); Unknown before
+    the control plane is read.
+    """
+    if facts.eks:
+        return ConditionOut(condition, "True", *on_eks)
+    if not facts.control_plane_found:
+        return ConditionOut(
+            condition, "Unknown", "ControlPlaneNotRead", "the control plane has not been read yet"
+        )
+    return None
+
+
 def _no_ports(_: Any) -> tuple[PortNeed, ...]:
     return ()
 

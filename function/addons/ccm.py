@@ -30,6 +30,7 @@ from function.graph import (
     Wait,
     after,
     control_plane_initialized,
+    eks_or_unread,
 )
 from function.spec_base import AddonSpec
 
@@ -170,14 +171,11 @@ def condition(ctx: CallContext, phases: Mapping[str, str]) -> ConditionOut:
             "node.cloudprovider.kubernetes.io/uninitialized until it runs",
         )
     facts = ctx.facts
-    if facts.eks:
-        return ConditionOut(
-            CONDITION, "True", "ProvidedByEKS", "EKS runs the cloud controller manager itself"
-        )
-    if not facts.control_plane_found:
-        return ConditionOut(
-            CONDITION, "Unknown", "ControlPlaneNotRead", "the control plane has not been read yet"
-        )
+    first = eks_or_unread(
+        CONDITION, facts, ("ProvidedByEKS", "EKS runs the cloud controller manager itself")
+    )
+    if first is not None:
+        return first
     if facts.external_cloud_provider:
         # Not an error: a ClusterResourceSet (CAPA's default template) may install it.
         return ConditionOut(

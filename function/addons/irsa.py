@@ -30,6 +30,7 @@ from function.graph import (
     Usage,
     Wait,
     after,
+    eks_or_unread,
     external_issuer,
     issuer_url,
 )
@@ -380,21 +381,18 @@ def issuer_mismatch(
     return problem, fix
 
 
-def condition(ctx: CallContext, _phases: Mapping[str, str]) -> ConditionOut:  # noqa: PLR0911
+def condition(ctx: CallContext, _phases: Mapping[str, str]) -> ConditionOut:
     """IssuerReady: the API server signs tokens with the issuer the add-on roles trust."""
     facts = ctx.facts
     if not ctx.wants_irsa or ctx.irsa in (IRSAMode.DISABLED, IRSAMode.POD_IDENTITY):
         return ConditionOut(
             CONDITION, "True", "NotRequired", "no add-on role trusts a service-account issuer"
         )
-    if facts.eks:
-        return ConditionOut(
-            CONDITION, "True", "ManagedByEKS", "EKS signs the tokens with the cluster's issuer"
-        )
-    if not facts.control_plane_found:
-        return ConditionOut(
-            CONDITION, "Unknown", "ControlPlaneNotRead", "the control plane has not been read yet"
-        )
+    first = eks_or_unread(
+        CONDITION, facts, ("ManagedByEKS", "EKS signs the tokens with the cluster's issuer")
+    )
+    if first is not None:
+        return first
     if facts.control_plane_kind != KUBEADM_CONTROL_PLANE:
         return ConditionOut(
             CONDITION,
