@@ -59,6 +59,11 @@ SHARED_CACHES = frozenset(
         "_parse_input",
         "lbc_policy",
         "_lbc_policy_aws",
+        "_lbc_versions",
+        "union_policy",
+        # function/compat.py: the compatibility table and its lookups
+        "_table",
+        "supported",
         # gate, node and port factories: their arguments are the code's own declarations
         "after",
         "role_ready",
