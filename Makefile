@@ -56,7 +56,8 @@ pytest: $(STAMP) $(HELM)
 test: lint types pytest
 
 # The vendored CRDs and charts (tests/fixtures) against their upstream copies in ../shared,
-# which exists only where the project is developed and in CI (make test does not need it).
+# which exists only where the project is developed and in CI (make test does not need it), and
+# tests/fixtures/older-charts (packaged from upstream, not in ../shared) against its own SHA256SUMS.
 SHARED ?= ../shared
 vendor-check:
 	$(PYTHON) scripts/vendor_fixtures.py --check --shared $(SHARED)

@@ -15,6 +15,10 @@ The copy is idempotent: files whose bytes already match are left alone, and
 vendored files that no longer exist upstream are reported (use ``--prune`` to
 delete them). Re-run it after refreshing ``shared/`` on an upgrade.
 
+``tests/fixtures/older-charts/`` (older chart versions packaged from upstream, not
+from ``shared/``) is not copied: each run checks that its ``SHA256SUMS`` lists
+exactly its packages with their digests and that its ``PROVENANCE.md`` names each.
+
 Usage::
 
     python scripts/vendor_fixtures.py [--shared PATH] [--prune] [--check]
@@ -39,6 +43,8 @@ FIXTURES = REPO_ROOT / "tests" / "fixtures"
 SKIP_CRD_DIRS = frozenset({"crossplane-proto"})
 # The checksum list written beside the vendored chart packages.
 CHECKSUMS = "SHA256SUMS"
+# Older chart versions packaged from upstream with their own provenance (not in shared/).
+OLDER_CHARTS = "older-charts"
 
 
 def planned_copies(shared: Path, fixtures: Path = FIXTURES) -> list[tuple[Path, Path]]:
@@ -152,6 +158,43 @@ def checksums(pairs: list[tuple[Path, Path]]) -> str:
     return "".join(sorted(lines, key=lambda line: line.split()[1]))
 
 
+def older_chart_problems(fixtures: Path = FIXTURES) -> list[str]:
+    """What is wrong with ``<fixtures>/older-charts``: packages and checksums that disagree.
+
+    Args:
+        fixtures: The fixtures folder.
+
+    Returns:
+        One line per problem: a package missing from ``SHA256SUMS`` or ``PROVENANCE.md``,
+        a listed one that is gone, a digest that differs. Empty without the folder.
+    """
+    folder = fixtures / OLDER_CHARTS
+    if not folder.is_dir():
+        return []
+    sums_file, provenance_file = folder / CHECKSUMS, folder / "PROVENANCE.md"
+    if not sums_file.is_file() or not provenance_file.is_file():
+        return [f"{shown(folder)}: needs {CHECKSUMS} and PROVENANCE.md"]
+    recorded = {}
+    for line in sums_file.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        recorded[name] = digest
+    provenance = provenance_file.read_text(encoding="utf-8")
+    packages = {p.name: p for p in folder.glob("*.tgz")}
+    problems = [
+        f"{shown(folder / name)}: in {CHECKSUMS}, no such package"
+        for name in sorted(set(recorded) - set(packages))
+    ]
+    for name, path in sorted(packages.items()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if name not in recorded:
+            problems.append(f"{shown(path)}: not in {CHECKSUMS}")
+        elif recorded[name] != digest:
+            problems.append(f"{shown(path)}: sha256 {digest}, {CHECKSUMS} says {recorded[name]}")
+        if f"| {name} |" not in provenance:
+            problems.append(f"{shown(path)}: not in PROVENANCE.md")
+    return problems
+
+
 def vendor(
     shared: Path, *, fixtures: Path = FIXTURES, prune: bool = False, check: bool = False
 ) -> int:
@@ -195,8 +238,11 @@ def vendor(
             report(f"removed stale {rel}")
         else:
             report(f"stale (not upstream any more): {rel}")
+    older = older_chart_problems(fixtures)
+    for problem in older:
+        report(f"older chart: {problem}")
     report(f"{len(pairs)} files vendored, {len(changed)} changed, {len(stale)} stale")
-    if check and (changed or stale or sums_changed):
+    if older or (check and (changed or stale or sums_changed)):
         return 1
     return 0
 

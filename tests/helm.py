@@ -54,7 +54,6 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 UNVENDORED: dict[str, dict[tuple[str, str], str]] = {
     "prefixed-and-versions": {
         ("aws-ebs-csi-driver", "2.63.0"): "step input charts.ebs points at an OCI mirror's older chart",
-        ("aws-vpc-cni", "1.21.1"): "spec.networking.amazonVPC.version pins an older chart",
     },
 }
 

@@ -18,8 +18,9 @@ This is the project's main test guard. It mimics what the API server does on *cr
    (``oldSelf``) are skipped, since only creates are validated.
 
 Helm values are validated with :func:`validate_values` against the
-``values.schema.json`` inside a vendored chart package (``tests/fixtures/charts/*.tgz``,
-the same packages ``tests/test_helm.py`` renders with helm).
+``values.schema.json`` inside a vendored chart package (``tests/fixtures/charts/*.tgz`` and
+``tests/fixtures/older-charts/*.tgz``, the same packages ``tests/test_helm.py`` renders with
+helm).
 
 Public API::
 
@@ -55,7 +56,9 @@ from jsonschema.exceptions import ValidationError, best_match
 
 __all__ = [
     "CHART_DIR",
+    "CHART_DIRS",
     "CRD_DIR",
+    "OLDER_CHART_DIR",
     "REGISTRY",
     "UNSUPPORTED_RULES",
     "CRDRegistry",
@@ -76,6 +79,11 @@ __all__ = [
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CRD_DIR = FIXTURES / "crds"
 CHART_DIR = FIXTURES / "charts"
+# Older chart versions fetched from upstream for the per-minor defaults and the upgrade
+# tests (their own PROVENANCE.md and SHA256SUMS): not a copy of ../shared, so apart from
+# CHART_DIR, which `make vendor-check` compares with it.
+OLDER_CHART_DIR = FIXTURES / "older-charts"
+CHART_DIRS = (CHART_DIR, OLDER_CHART_DIR)
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -1106,9 +1114,9 @@ def validate_with_schema(obj: dict, openapi_v3_schema: dict) -> list[str]:
 
 @cache
 def vendored_charts() -> dict[tuple[str, str], Path]:
-    """The packaged charts in ``tests/fixtures/charts``, by (name, version) from their Chart.yaml."""
+    """The packaged charts in ``CHART_DIRS``, by (name, version) from their Chart.yaml."""
     charts: dict[tuple[str, str], Path] = {}
-    for archive in sorted(CHART_DIR.glob("*.tgz")):
+    for archive in sorted(a for d in CHART_DIRS for a in d.glob("*.tgz")):
         with tarfile.open(archive, mode="r:gz") as tar:
             # helm package puts every file under one folder named after the chart.
             member = next(m for m in tar if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml"))
@@ -1122,14 +1130,17 @@ def vendored_charts() -> dict[tuple[str, str], Path]:
 
 
 def chart_archive(chart: str, version: str | None = None) -> Path:
-    """The vendored package of ``chart`` at ``version`` (the only vendored one when None).
+    """The vendored package of ``chart`` at ``version``.
+
+    When ``version`` is None: the one in ``CHART_DIR``, the Composition's default (older
+    versions must be named).
 
     Raises:
         KeyError: If no such chart is vendored (or several versions are and none was named).
     """
     charts = vendored_charts()
     if version is None:
-        versions = sorted(v for name, v in charts if name == chart)
+        versions = sorted(v for (name, v), a in charts.items() if name == chart and a.parent == CHART_DIR)
         if len(versions) != 1:
             msg = f"chart {chart!r}: vendored versions {versions}, name one"
             raise KeyError(msg)

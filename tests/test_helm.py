@@ -6,7 +6,8 @@ names but the chart never renders, an object landing in another namespace: each
 breaks a real cluster and none shows in the Release's own CRD schema. So every
 Release body of every reconcile of every scenario (both XR flavours, every plugin,
 user values, version overrides) is rendered with ``helm template`` on the vendored
-package (tests/fixtures/charts, keyed by chart name and version), and checked:
+package (tests/fixtures/charts, and tests/fixtures/older-charts for older versions, keyed by
+chart name and version), and checked:
 
 * helm succeeds (values.schema.json, ``required``, ``fail``);
 * every object that names a namespace names the Release's (explicit exceptions below);
@@ -42,6 +43,7 @@ import pytest
 import yaml
 from crossplane.function import resource
 
+from function import compat
 from function.step_input import Charts, ChartSource
 from scripts import install_helm, vendor_fixtures
 from tests.helm import (
@@ -56,7 +58,7 @@ from tests.helm import (
     helm_version,
     render,
 )
-from tests.kube_schema import CHART_DIR, vendored_charts
+from tests.kube_schema import CHART_DIR, OLDER_CHART_DIR, vendored_charts
 from tests.scenarios import ROOT, SCENARIO_IDS, SCENARIOS, Scenario, staged_control_plane
 
 # Objects a chart deliberately puts outside its Release's namespace:
@@ -224,6 +226,30 @@ def test_vendor_check_mode_fails_on_a_changed_package(tmp_path, capsys):
     crd = next((shared / "crds").rglob("*.yaml"))
     crd.write_text(crd.read_text() + "# upstream changed\n")
     assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 1
+
+
+def test_vendor_check_also_checks_the_older_charts(tmp_path, capsys):
+    """tests/fixtures/older-charts has no copy in shared/: its checksums and provenance are
+    checked in place, and a changed, unlisted or missing package fails the check."""
+    shared = _shared_tree_from_fixtures(tmp_path)
+    fixtures = tmp_path / "fixtures"
+    for sub in ("crds", "charts", "older-charts"):
+        shutil.copytree(CHART_DIR.parent / sub, fixtures / sub)
+    assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 0
+    assert vendor_fixtures.older_chart_problems(fixtures) == []
+    older = fixtures / "older-charts"
+    package = older / "aws-vpc-cni-1.21.1.tgz"
+    package.write_bytes(package.read_bytes() + b"\0")
+    assert vendor_fixtures.vendor(shared, fixtures=fixtures, check=True) == 1
+    assert "older chart: " in capsys.readouterr().out
+    package.unlink()
+    assert vendor_fixtures.older_chart_problems(fixtures) == [
+        f"{older}/aws-vpc-cni-1.21.1.tgz: in SHA256SUMS, no such package"
+    ]
+    (older / "extra-1.0.0.tgz").write_bytes(b"x")
+    problems = vendor_fixtures.older_chart_problems(fixtures)
+    assert any("extra-1.0.0.tgz: not in SHA256SUMS" in p for p in problems)
+    assert any("extra-1.0.0.tgz: not in PROVENANCE.md" in p for p in problems)
 
 
 def test_vendor_without_a_shared_tree_says_so_in_one_line(tmp_path, capsys):
@@ -654,6 +680,61 @@ def test_every_chart_check_runs_on_a_scenario():
         "aws-cloud-controller-manager",
         "eks-pod-identity-agent",
     } <= rendered & set(CHART_CHECKS)
+
+
+# ------------------------------------------------------------------------------------
+# the older charts (tests/fixtures/older-charts), with the values the function gives them
+# ------------------------------------------------------------------------------------
+
+# A scenario whose Release of the chart carries the function's values for it.
+OLDER_CHART_SCENARIOS = {
+    "aws-vpc-cni": "selfhosted-full",
+    "aws-load-balancer-controller": "selfhosted-full",
+    "cert-manager": "selfhosted-full",
+    "tigera-operator": "calico-legacy-claim",
+}
+OLDER = sorted(key for key, archive in vendored_charts().items() if archive.parent == OLDER_CHART_DIR)
+
+
+def older_releases(chart: str, version: str) -> list[HelmRelease]:
+    """The scenario's last Release of ``chart``, at ``version``, for each Kubernetes minor
+    the compatibility table makes it the default of (else the scenario's own)."""
+    run = played(OLDER_CHART_SCENARIOS[chart])
+    final = [u.release for u in run.uses if u.release.chart == chart][-1]
+    minors = [m for m in ((1, n) for n in range(29, 37)) if compat.default_version(chart, m) == version]
+    kube_versions = [f"v{a}.{b}.0" for a, b in minors] or [final.kube_version]
+    return [replace(final, version=version, kube_version=k) for k in kube_versions]
+
+
+def test_every_older_chart_has_a_scenario_and_a_reason() -> None:
+    assert len(OLDER) == 6
+    assert {chart for chart, _ in OLDER} == set(OLDER_CHART_SCENARIOS)
+    # Two are for the upgrade tests only (no minor picks them); four are per-minor defaults.
+    defaults = {(c, v) for c, v in OLDER for m in range(29, 37) if compat.default_version(c, (1, m)) == v}
+    assert set(OLDER) - defaults == {("aws-vpc-cni", "1.21.1"), ("aws-load-balancer-controller", "1.12.0")}
+
+
+@pytest.mark.parametrize(("chart", "version"), OLDER, ids=[f"{c}-{v}" for c, v in OLDER])
+def test_each_older_chart_renders_with_the_functions_values(chart: str, version: str) -> None:
+    """helm renders it with the values the function gives its add-on, at every minor it is
+    the default for: schema, namespaces, ServiceAccounts, the chart's own checks; the role
+    ARN reaches the ServiceAccount; every value the function sets is read by this chart."""
+    releases = older_releases(chart, version)
+    problems: list[str] = []
+    for rendering in RENDERER.render_all(releases).values():
+        assert rendering.release.archive is not None and rendering.release.archive.parent == OLDER_CHART_DIR
+        problems += rendering_problems(rendering)
+        arn = json.dumps(rendering.release.values).count("arn:aws:iam::")
+        annotated = [
+            o for o in rendering.of_kind("ServiceAccount")
+            if ROLE_ARN_ANNOTATION in (o["metadata"].get("annotations") or {})
+        ]
+        assert len(annotated) == arn, f"{rendering.release}: {arn} role ARNs in values, {len(annotated)} annotated"
+        assert rendering.objects
+    assert not problems, "\n".join(problems)
+    probes, dead = dead_values(releases[:1])
+    assert probes > 0
+    assert not dead, "\n".join(dead)
 
 
 def _leaves(values: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

@@ -335,7 +335,8 @@ def test_values_schema_is_read_from_the_named_chart_version():
 
 def test_vendored_charts_are_indexed_by_their_chart_yaml():
     charts = ks.vendored_charts()
-    assert len(charts) == 11
+    assert len(charts) == 17
+    assert sum(a.parent == ks.OLDER_CHART_DIR for a in charts.values()) == 6
     for (name, version), archive in charts.items():
         # helm package names the file <name>-<version>.tgz from the same Chart.yaml.
         assert archive.name == f"{name}-{version}.tgz"
@@ -660,17 +661,18 @@ def test_vendored_crds_match_provenance_checksums():
         assert digest == recorded[rel], f"{rel} was modified"
 
 
-def test_vendored_chart_packages_match_their_checksums():
+@pytest.mark.parametrize(("folder", "count"), [(ks.CHART_DIR, 11), (ks.OLDER_CHART_DIR, 6)])
+def test_vendored_chart_packages_match_their_checksums(folder, count):
     """SHA256SUMS lists every package (and only them), PROVENANCE.md names each one."""
-    sums = (ks.CHART_DIR / "SHA256SUMS").read_text()
+    sums = (folder / "SHA256SUMS").read_text()
     recorded = {name: digest for digest, name in (line.split("  ") for line in sums.splitlines())}
-    packages = sorted(p.name for p in ks.CHART_DIR.glob("*.tgz"))
+    packages = sorted(p.name for p in folder.glob("*.tgz"))
     assert sorted(recorded) == packages
-    assert len(packages) == 11
-    provenance = (ks.CHART_DIR / "PROVENANCE.md").read_text()
+    assert len(packages) == count
+    provenance = (folder / "PROVENANCE.md").read_text()
     assert sorted(re.findall(r"^\| ([^ |]+\.tgz) \|", provenance, re.M)) == packages
     for name in packages:
-        digest = hashlib.sha256((ks.CHART_DIR / name).read_bytes()).hexdigest()
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
         assert digest == recorded[name], f"{name} was modified"
 
 

@@ -41,6 +41,14 @@ from e2e.controlplane.kube import Kube
 from e2e.controlplane.processes import Process, start, wait_until
 
 CHARTS = ROOT / "tests" / "fixtures" / "charts"
+# The older chart versions (upgrades start from them; per-minor defaults pick some).
+OLDER_CHARTS = ROOT / "tests" / "fixtures" / "older-charts"
+
+
+def chart_packages() -> list[Path]:
+    """Every vendored chart package: the Composition's defaults and the older versions."""
+    return sorted([*CHARTS.glob("*.tgz"), *OLDER_CHARTS.glob("*.tgz")])
+
 FIXTURE_HELM_CRDS = FIXTURE_CRDS / "provider-helm"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 NODES = ("kwok-control-plane", "kwok-worker-1", "kwok-worker-2")
@@ -301,7 +309,7 @@ class ChartServer:
         self.root = root
         self.requests: list[str] = []
         root.mkdir(parents=True, exist_ok=True)
-        for package in CHARTS.glob("*.tgz"):
+        for package in chart_packages():
             (root / package.name).write_bytes(package.read_bytes())
         requests = self.requests
 
@@ -335,7 +343,7 @@ def provider_helm(cp: ControlPlane, home: Path) -> Process:
     Charts cached by an earlier run are removed first, so this run pulls each one from the
     chart server. Helm's own directories are kept under ``home``.
     """
-    for package in CHARTS.glob("*.tgz"):
+    for package in chart_packages():
         (PROVIDER_HELM_CHART_CACHE / package.name).unlink(missing_ok=True)
     # The harness applied the vendored (v1.4.0) CRDs of what the function composes; the
     # provider also tracks its ProviderConfigs' users, whose CRDs only its module ships.
