@@ -91,3 +91,12 @@ def provider_mirror(
 ) -> dict[str, object]:
     """Stand-ins for the providers in ``registry``, and the ImageConfig that mirrors them there."""
     return push_stub_providers(registry, crossplane, tmp_path_factory.mktemp("providers"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault table (e2e/faults/report.py), when fault cases ran."""
+    from e2e.faults.report import ROWS, table
+
+    if ROWS:
+        terminalreporter.write_sep("=", "faults: time to recover")
+        terminalreporter.write_line(table(ROWS))

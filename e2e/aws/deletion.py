@@ -126,7 +126,7 @@ def usage_order_problems(
     usages: dict[str, dict[str, Any]],
     composed: dict[str, dict[str, Any]],
     events: list[Event],
-    moto_deletions: list[str],
+    moto_deletions: list[str] | None,
     *,
     collected: bool = False,
 ) -> Order:
@@ -145,7 +145,8 @@ def usage_order_problems(
       ``crossplane.io/in-use`` label off ``of`` (the webhook's objectSelector) before it
       drops the Usage's finalizer, so a retried deletion of ``of`` can land in between;
     - moto, when both ends are AWS resources: every Delete call of ``by`` came before the
-      first Delete call of ``of``, and both were made: what AWS saw is the Usage order.
+      first Delete call of ``of``, and both were made: what AWS saw is the Usage order
+      (``moto_deletions`` None: the AWS provider is played, there is no moto to ask).
     """
     deleted = {(e.kind, e.name): e.revision for e in events if e.what == "deleted"}
     deleting: dict[tuple[str, str], int] = {}
@@ -164,7 +165,7 @@ def usage_order_problems(
         if not collected:
             broken += [] if itself in deleted and deleted[itself] < of_marked else [f"the Usage gone at {deleted.get(itself)}"]
         out.problems += [f"{name}: {of} marked for deletion at revision {of_marked}, {b}" for b in broken]
-        if by[0] in AWS_KINDS and of[0] in AWS_KINDS:
+        if moto_deletions is not None and by[0] in AWS_KINDS and of[0] in AWS_KINDS:
             out.checked.append(f"{name}: moto")
             out.problems += _moto_problems(name, composed[names[by]], composed[names[of]], moto_deletions)
     return out

@@ -51,10 +51,16 @@ class Kube:
         self._tls = ssl.create_default_context(cafile=str(ca))
         self._tls.load_cert_chain(str(cert), str(key))
         self.client = Client(config=config, field_manager=FIELD_MANAGER, trust_env=False)
-        # Watches wait on the server: no read timeout of their own.
-        self.watch_client = Client(
-            config=config, field_manager=FIELD_MANAGER, trust_env=False, timeout=httpx2.Timeout(10.0, read=None)
-        )
+        self.watch_client = self.new_watch_client()
+
+    @property
+    def tls(self) -> ssl.SSLContext:
+        """This client's TLS (the CA and its client certificate), for the server's other endpoints."""
+        return self._tls
+
+    def new_watch_client(self) -> Client:
+        """A client for watches: they wait on the server, so no read timeout of their own."""
+        return Client(config=self.config, field_manager=FIELD_MANAGER, trust_env=False, timeout=httpx2.Timeout(10.0, read=None))
 
     # --- kinds -----------------------------------------------------------------------------
 
@@ -155,11 +161,11 @@ class Kube:
         self.client.delete(res, name, namespace=namespace, cascade=cascade)
 
     def watch(
-        self, api_version: str, kind: str, resource_version: str | None = None
+        self, api_version: str, kind: str, resource_version: str | None = None, client: Client | None = None
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Events of every object of a kind, in every namespace."""
+        """Events of every object of a kind, in every namespace (through ``client`` if given)."""
         res = self.kind(api_version, kind)
-        for event, obj in self.watch_client.watch(
+        for event, obj in (client or self.watch_client).watch(
             res,
             namespace="*" if _namespaced(res) else None, resource_version=resource_version, server_timeout=300
         ):
@@ -173,22 +179,70 @@ class Kube:
         stop: threading.Event,
         on_error: Callable[[Exception], None],
     ) -> None:
-        """Call ``on_event`` for every watch event of a kind until ``stop`` is set; a watch
-        that breaks is reported to ``on_error`` and started again from a fresh list."""
+        """Call ``on_event`` for every change of an object of a kind until ``stop`` is set, as an
+        informer sees them: a list (ADDED for each object), then a watch from the list's
+        resourceVersion. A watch that breaks is reported to ``on_error`` and resumed from the
+        last resourceVersion it delivered. Where the API server no longer has that version (410:
+        it restarted, and its watch cache begins where it listed) the kind is listed again: an
+        object known before and missing now gets a DELETED event at the list's resourceVersion
+        (it went at or before it), one that changed meanwhile a MODIFIED event."""
+        res = self.kind(api_version, kind)
+        namespace = "*" if _namespaced(res) else None
+        known: dict[str, dict[str, Any]] = {}
         resource_version: str | None = None
-        while not stop.is_set():
-            try:
-                for event_type, obj in self.watch(api_version, kind, resource_version):
+        # A client of its own, replaced after every error: lightkube does not close the
+        # streamed response of a watch the server answers with an error (a 503 while its watch
+        # cache starts), so each would keep a pooled connection until the pool is exhausted.
+        client = self.new_watch_client()
+        try:
+            while not stop.is_set():
+                try:
+                    if resource_version is None:
+                        resource_version = self._relist(client, res, namespace, known, on_event)
+                    for event_type, obj in self.watch(api_version, kind, resource_version, client):
+                        if stop.is_set():
+                            return
+                        resource_version = obj["metadata"].get("resourceVersion", resource_version)
+                        uid = obj["metadata"]["uid"]
+                        if event_type == "DELETED":
+                            known.pop(uid, None)
+                        else:
+                            known[uid] = obj
+                        on_event(event_type, obj)
+                except Exception as err:
                     if stop.is_set():
                         return
-                    resource_version = obj["metadata"].get("resourceVersion", resource_version)
-                    on_event(event_type, obj)
-            except Exception as err:
-                if stop.is_set():
-                    return
-                on_error(err)
-                resource_version = None
-                time.sleep(0.5)
+                    on_error(err)
+                    client.close()
+                    client = self.new_watch_client()
+                    if isinstance(err, ApiError) and err.status.code == 410:
+                        resource_version = None
+                    else:
+                        time.sleep(0.1)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _relist(
+        client: Client,
+        res: Any,
+        namespace: str | None,
+        known: dict[str, dict[str, Any]],
+        on_event: Callable[[str, dict[str, Any]], None],
+    ) -> str:
+        """List the kind and tell ``on_event`` how it differs from ``known`` (updated); the list's resourceVersion."""
+        listed = client.list(res, namespace=namespace)
+        items = {o["metadata"]["uid"]: o for o in (_as_dict(i) for i in listed)}
+        version = str(listed.resourceVersion)
+        for uid in [u for u in known if u not in items]:
+            gone = known.pop(uid)
+            on_event("DELETED", {**gone, "metadata": {**gone["metadata"], "resourceVersion": version}})
+        for uid, obj in items.items():
+            before = known.get(uid)
+            if before is None or before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                on_event("ADDED" if before is None else "MODIFIED", obj)
+            known[uid] = obj
+        return version
 
     # --- CRDs --------------------------------------------------------------------------------
 

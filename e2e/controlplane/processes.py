@@ -37,6 +37,8 @@ class Process:
     log_path: Path
     proc: subprocess.Popen[bytes]
     started_at: float = field(default_factory=time.monotonic)
+    # What ``start`` added to the environment: a restart runs with the same.
+    env: dict[str, str] | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -45,19 +47,39 @@ class Process:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def _signal(self, sig: signal.Signals) -> bool:
+        """Send ``sig`` to the process group; False if the process is already gone."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to the process group, SIGKILL after ``grace_s``."""
-        if self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
+        if not self._signal(signal.SIGTERM):
             return
         try:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to the process group at once: no drain, no cleanup (the fault suite's crash)."""
+        if self._signal(signal.SIGKILL):
             self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Run the same command again (argv, environment, log file) in place of the stopped
+        process: whoever holds this ``Process`` (a fixture that stops it at the end) holds
+        the new one."""
+        if self.alive():
+            msg = f"{self.name} is still running (pid {self.proc.pid})"
+            raise RuntimeError(msg)
+        fresh = start(self.name, self.argv, self.log_path.parent, env=self.env)
+        self.proc, self.started_at = fresh.proc, fresh.started_at
 
 
 def start(
@@ -78,7 +100,7 @@ def start(
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
-    return Process(name, list(argv), log_path, proc)
+    return Process(name, list(argv), log_path, proc, env=env)
 
 
 def wait_until(
