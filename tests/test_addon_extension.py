@@ -204,6 +204,7 @@ def test_what_it_composes_validates_against_the_real_crds(played: dict[str, Any]
         "fluent-bit-role-attachment",
         "usage-fluent-bit-release-cni-release",
         "usage-fluent-bit-release-fluent-bit-role",
+        "usage-fluent-bit-release-fluent-bit-role-attachment",
         "usage-fluent-bit-role-attachment-fluent-bit-role",
         "usage-fluent-bit-role-irsa-oidc-provider",
     ]
@@ -248,6 +249,11 @@ def test_everything_derived_from_the_declarations_knows_it(played: dict[str, Any
             "fluent-bit-release",
             "cni-release",
             "pods of Fluent Bit need the CNI until they are gone",
+        ),
+        (
+            "fluent-bit-release",
+            "fluent-bit-role-attachment",
+            "its pods need the role's permissions until they are gone",
         ),
         (
             "fluent-bit-role-attachment",

@@ -207,12 +207,13 @@ def test_a_deletion_settles_in_few_reconciles() -> None:
         assert sim.orphaned_at == sim.deletion_recorded_at + 1
         drops = {step for step, _ in sim.deletions}
         # Gone from 18: seen gone at 18, confirmed at 19, withdrawn from 19 in the full
-        # example's nine layers: users (gone from the API server three reconciles after
+        # example's eleven layers: users (gone from the API server three reconciles after
         # their deletion), their Usages (held one more by their finalizers), what they used.
-        # 19 the Releases and what no Usage names a user of, 23 their Usages, 25 the roles,
-        # cert-manager and the bucket, 29 their Usages, 31 the CNI, 35 its Usage, 37 its role,
-        # 41 its Usage of the OIDC provider, 43 the provider.
-        assert drops == {19, 23, 25, 29, 31, 35, 37, 41, 43}
+        # 19 the Releases and what no Usage names a user of, 23 their Usages, 25 the add-ons'
+        # role attachments, cert-manager and the bucket, 29 their Usages, 31 the CNI and the
+        # add-ons' roles, 35 their Usages, 37 the CNI's attachment, 41 its Usage, 43 its role,
+        # 47 its Usage of the OIDC provider, 49 the provider.
+        assert drops == {19, 23, 25, 29, 31, 35, 37, 41, 43, 47, 49}
         assert sim.deleted_in_use == [] and sim.left == []
 
 
@@ -455,10 +456,10 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     timeline = {line.split()[0]: line.split() for line in result.output.splitlines() if line}
     assert timeline["ebs-release"][-2:] == ["19", "forgotten"]
     assert timeline["cni-release"][-2:] == ["31", "forgotten"]
-    assert timeline["irsa-oidc-provider"][-1] == "43"
+    assert timeline["irsa-oidc-provider"][-1] == "49"
     assert (
-        "  over reconciles 19-43: 15, 0, 0, 0, 15, 0, 6, 0, 0, 0, 4, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, "
-        "0, 1, 0, 1\n"
+        "  over reconciles 19-49: 11, 0, 0, 0, 13, 0, 5, 0, 0, 0, 5, 0, 5, 0, 0, 0, 5, 0, 1, 0, 0, "
+        "0, 1, 0, 1, 0, 0, 0, 1, 0, 1\n"
     ) in result.output
     assert "  deleted while a Usage of it or its user was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
@@ -488,12 +489,12 @@ LAST_LAYER_CUT_SHORT = (
 
 
 def test_simulate_fails_a_run_that_ends_while_the_last_layer_is_still_being_deleted() -> None:
-    """Crossplane observes nothing from reconcile 44, but the OIDC provider it deleted at 43
-    is in the API server through 46: the function says ClusterDeleted at 47, not before."""
+    """Crossplane observes nothing from reconcile 50, but the OIDC provider it deleted at 49
+    is in the API server through 52: the function says ClusterDeleted at 53, not before."""
     xr, required = example("selfhosted-full")
     for steps, problems in [
-        (46, [LAST_LAYER_CUT_SHORT]),
-        (47, []),
+        (52, [LAST_LAYER_CUT_SHORT]),
+        (53, []),
     ]:
         sim = simulate.Simulator(
             xr, required, settings=simulate.Settings(steps=steps, delete_cluster_at=14)

@@ -45,6 +45,7 @@ NODES = {
 USAGES = {
     "usage-external-dns-release-external-dns-role",
     "usage-external-dns-release-cni-release",
+    "usage-external-dns-release-external-dns-role-attachment",
     "usage-external-dns-role-attachment-external-dns-role",
     "usage-external-dns-role-attachment-external-dns-policy",
     "usage-external-dns-role-irsa-oidc-provider",
@@ -179,6 +180,7 @@ def test_usages_delete_the_release_first_then_attachment_role_and_policy() -> No
     assert by_of == {
         ("external-dns-release", "external-dns-role"),
         ("external-dns-release", "cni-release"),
+        ("external-dns-release", "external-dns-role-attachment"),
         ("external-dns-role-attachment", "external-dns-role"),
         ("external-dns-role-attachment", "external-dns-policy"),
         ("external-dns-role", "irsa-oidc-provider"),
@@ -431,7 +433,7 @@ def test_removing_external_dns_deletes_exactly_its_nodes_and_role_arn() -> None:
     world = converged("external-dns")
     before = set(world.composed)
     del world.xr["spec"]["dns"]
-    world.run(12)
+    world.run(18)
     gone = before - set(world.composed)
     assert gone == NODES | USAGES
     assert {name for _, name in world.deletions} == gone

@@ -428,7 +428,7 @@ def test_removing_every_plugin_in_turn_deletes_exactly_its_nodes() -> None:
         del world.xr["spec"][a][b]
         removed = feats - features(world.xr["spec"])
         deleted: set[str] = set()
-        for _ in range(14):
+        for _ in range(20):
             composed_before = set(world.composed)
             rec = world.reconcile()
             assert not used_when_deleted(rec, composed_before, known), feature

@@ -186,7 +186,7 @@ def test_removing_a_plugin_deletes_exactly_its_nodes() -> None:
     rec = world.reconcile()
     assert "efs" not in world.xr["status"]["roleARNs"]
     assert "efs-csi" not in {p["name"] for p in world.xr["status"]["plugins"]}
-    recs = [rec, *world.run(12)]
+    recs = [rec, *world.run(16)]
     deleted_at = {n: r.step for r in recs for n in r.deleted}
     efs_nodes = {"efs-role", "efs-role-attachment", "efs-release"}
     efs_usages = {n for n in before_names if n.startswith("usage-") and "efs" in n}
@@ -202,6 +202,29 @@ def test_removing_a_plugin_deletes_exactly_its_nodes() -> None:
     assert deleted_at["efs-release"] == rec.step
     assert world.deletions == sorted((s, n) for n, s in deleted_at.items())
     assert world.xr_ready
+
+
+@pytest.mark.parametrize(
+    ("spec_path", "node"),
+    [(("storage", "efs"), "efs"), (("storage", "ebs"), "ebs"), (("ingress", "awsLoadBalancerController"), "lbc")],
+)
+def test_a_removed_addon_keeps_its_roles_permissions_until_its_release_is_gone(spec_path: tuple[str, str], node: str) -> None:
+    """Found by the fault suite (e2e/faults/test_helm_faults.py: provider-helm stopped while EFS
+    was withdrawn): the role's policy was detached in the same layer as the Release's uninstall
+    began, so the add-on's pods ran on without their permissions while helm was uninstalling
+    them (or could not). The release uses the attachment too: it goes only once the release
+    is gone from the API server."""
+    world = by_name("selfhosted-full").world(staged=False)
+    world.run(15)
+    assert world.xr_ready
+    del world.xr["spec"][spec_path[0]][spec_path[1]]
+    recs = world.run(20)
+    deleted_at = {n: r.step for r in recs for n in r.deleted}
+    gone_at = {n: s for s, n in world.gone}
+    release, attachment = f"{node}-release", f"{node}-role-attachment"
+    assert deleted_at[release] < gone_at[release] < deleted_at[attachment], (deleted_at, gone_at)
+    assert world.deleted_in_use == []
+    assert usage_order_problems(world) == []
 
 
 def test_adding_a_plugin_mid_way() -> None:
@@ -229,7 +252,7 @@ def test_removing_the_cni_keeps_the_addons_and_their_roles() -> None:
     assert "cni-release" not in second.deleted
     assert "cni-release" in third.deleted
     # Then the CNI's own Usages, once the API server no longer has it, and its role.
-    later = [n for r in world.run(12) for n in r.deleted]
+    later = [n for r in world.run(16) for n in r.deleted]
     assert not any(
         n in first.deleted + second.deleted + third.deleted + later
         for n in ("ebs-release", "ebs-role", "lbc-release", "irsa-bucket")
@@ -259,7 +282,7 @@ def test_a_used_resource_waits_until_no_usage_of_it_is_left_in_the_api_server(
     obj = world.composed["efs-release"].obj
     release = (obj["apiVersion"], "Release", obj["metadata"]["name"])
     del world.xr["spec"]["storage"]["efs"]
-    recs = world.run(13)
+    recs = world.run(20)
     deleted_at = {n: r.step for r in recs for n in r.deleted}
     usage = "usage-efs-release-efs-role"
     gone_at = {n: s for s, n in world.gone}
@@ -281,7 +304,11 @@ def test_a_used_resource_waits_until_no_usage_of_it_is_left_in_the_api_server(
         assert (sel.api_version, sel.kind) == (api_version, "Usage")
         assert dict(sel.match_labels.labels) == {"clusterplugin.dev/composite": world.xr["metadata"]["name"]}
         assert (sel.namespace if sel.HasField("namespace") else None) == namespace
-    assert deleted_at["efs-role"] == deleted_at[usage] + 2
+    # The role went two reconciles after the last Usage of it (its attachment's, which waited
+    # for the release too: the release uses the role's permissions until it is gone).
+    last = max(deleted_at[u] for u in (usage, "usage-efs-role-attachment-efs-role"))
+    assert deleted_at["efs-role-attachment"] > gone_at["efs-release"]
+    assert deleted_at["efs-role"] == last + 2
     assert world.deleted_in_use == []
     # Done: nothing that may be used is withdrawn, nothing more is asked for.
     assert "usages" not in recs[-1].response.requirements.resources

@@ -339,7 +339,7 @@ def test_a_deletion_run_fails_when_the_cluster_was_not_usable_before_it(tmp_path
         "SecurityGroupsReady=False (IngressRulesMissing)\n"
     ) in out
     # The deletion itself went well, and is still reported.
-    assert "composed resources deleted: 45\n" in out
+    assert "composed resources deleted: 49\n" in out
     assert "OK" not in out
 
 
@@ -369,7 +369,7 @@ def test_make_demo_plays_the_deletion_and_says_every_condition_was_true() -> Non
     out = r.stdout
     assert "XR Ready at reconcile: 10\n" in out
     assert "XR conditions not True at reconcile 13 (the last before the deletion): none\n" in out
-    assert "composed resources deleted: 45\n" in out
+    assert "composed resources deleted: 49\n" in out
     assert (
         "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0\n" in out
     )

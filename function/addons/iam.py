@@ -160,10 +160,14 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
 def role_usages(role: Role, release: str) -> tuple[Usage, ...]:
     """Deletion order of a role and of ``release``, which uses it.
 
-    Attachment before role (and its policy), role before provider; with Pod Identity
-    the release before its association and the agent, the association before the role.
+    The release before the attachment (its pods act with the role's permissions until they
+    are gone: a policy detached first leaves a chart being uninstalled, or stuck in its
+    uninstall, without them), attachment before role (and its policy), role before
+    provider; with Pod Identity the release before its association and the agent, the
+    association before the role.
     """
     usages = (
+        Usage(release, role.attachment, "its pods need the role's permissions until they are gone"),
         Usage(role.attachment, role.node, "a role with attached policies cannot be deleted"),
         Usage(role.node, irsa.OIDC_PROVIDER, "the role trusts this OIDC provider"),
         Usage(release, role.association, "its pods get their credentials through this association"),
