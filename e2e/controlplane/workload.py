@@ -27,7 +27,7 @@ import json
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -130,8 +130,9 @@ class WorkloadCluster(ControlPlane):
 
         wait_until(process, nodes_ready, "every fake Node Ready and untainted", timeout_s=60)
 
-    def inline_kubeconfig(self, name: str) -> bytes:
-        """A kubeconfig with its certificates inline, as CAPI writes ``<cluster>-kubeconfig``."""
+    def inline_kubeconfig(self, name: str, server: str | None = None) -> bytes:
+        """A kubeconfig with its certificates inline, as CAPI writes ``<cluster>-kubeconfig``
+        (``server``: another way to the API server, e.g. the fault suite's cuttable path)."""
         def b64(path: Path) -> str:
             return base64.b64encode(path.read_bytes()).decode()
 
@@ -139,7 +140,7 @@ class WorkloadCluster(ControlPlane):
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": name, "cluster": {"server": self.server, "certificate-authority-data": b64(self.ca.path)}}],
+                "clusters": [{"name": name, "cluster": {"server": server or self.server, "certificate-authority-data": b64(self.ca.path)}}],
                 "users": [
                     {
                         "name": f"{name}-admin",
@@ -337,8 +338,9 @@ class ChartServer:
 PROVIDER_HELM_CHART_CACHE = Path("/tmp/charts")  # noqa: S108 - provider-helm's own choice
 
 
-def provider_helm(cp: ControlPlane, home: Path) -> Process:
-    """provider-helm out of cluster against ``cp``: its reconcilers of both API groups.
+def provider_helm(cp: ControlPlane, home: Path, args: Sequence[str] = ()) -> Process:
+    """provider-helm out of cluster against ``cp``: its reconcilers of both API groups
+    (``args``: more of its flags).
 
     Charts cached by an earlier run are removed first, so this run pulls each one from the
     chart server. Helm's own directories are kept under ``home``.
@@ -359,7 +361,7 @@ def provider_helm(cp: ControlPlane, home: Path) -> Process:
     # Its default poll, 10 minutes, as users run it: a Release it upgrades (the function
     # restarts the CNI for IRSA by a values change) says Ready False until that poll, and
     # the XR must not wait for it (function/graph.py, upgraded_release).
-    argv = [str(cp.tool("provider-helm")), "--debug"]
+    argv = [str(cp.tool("provider-helm")), "--debug", *args]
     process = start("provider-helm", argv, cp.logs, env=env)
     cp.processes["provider-helm"] = process
     # Its Release controllers start once their CRD is seen (crossplane-runtime's CRD gate).
