@@ -665,7 +665,7 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
             sg.status,
             sg.reason,
             sg.message,
-            event="Warning" if sg.status == "False" and sg.reason == "IngressRulesMissing" else "",
+            event=sg.event,
         ),
     ]
     phases = {p.name: p.phase for p in plan.plugins}

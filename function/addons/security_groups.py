@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
+from function import structs
 from function.cluster import ClusterFacts, IngressRule
 from function.graph import (
     BOTH,
@@ -154,6 +155,8 @@ class SecurityGroupReport:
     status: str
     reason: str
     message: str
+    # Entering it emits a result of this severity (a person must act), or "".
+    event: str = ""
 
 
 def _gaps(
@@ -200,6 +203,7 @@ def report(ctx: CallContext, emitted: set[str]) -> SecurityGroupReport:  # noqa:
             "False",
             "IngressRulesMissing",
             _fix_message(ctx.facts.namespace, ctx.spec.cluster_name, wanted, tuple(missing)),
+            "Warning",
         )
     if unknown:
         groups = " or ".join(sorted(unknown))
@@ -209,11 +213,42 @@ def report(ctx: CallContext, emitted: set[str]) -> SecurityGroupReport:  # noqa:
             f"the AWSCluster reports no {groups} security group yet",
         )
     if composing:
+        unobservable = [n for n in composing if _never_created(ctx, n)]
+        if unobservable:
+            message = _provider_bug(unobservable)
+            return SecurityGroupReport("False", PROVIDER_VERSION, message, "Warning")
         shown = ", ".join(composing[:4])
         return SecurityGroupReport(
             "False", "Composing", f"waiting for {len(composing)} ingress rule(s): {shown}"
         )
     return SecurityGroupReport("True", "Available", "every port the add-ons need is open")
+
+
+# provider-upjet-aws v2.5.0 cannot observe a SecurityGroupIngressRule that does not exist yet:
+# the Terraform resource has an identity, which v2.5.0's upjet does not support, so its first
+# Observe fails and the rule is never created (crossplane-contrib/provider-upjet-aws#2003,
+# #2085). v2.6.0 has upjet's support for such resources (commit f5e6f92, upjet's "treat
+# Missing Resource Identity diagnostic as resource-not-found").
+PROVIDER_VERSION = "ProviderVersion"
+_MISSING_IDENTITY = "Missing Resource Identity After Read"
+FIXED_IN = "v2.6.0"
+
+
+def _never_created(ctx: CallContext, name: str) -> bool:
+    observed = ctx.observed.get(name)
+    return observed is not None and _MISSING_IDENTITY in structs.failing_message(observed)
+
+
+def _provider_bug(names: list[str]) -> str:
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (
+        f"the AWS provider never creates ingress rule(s) {shown}: their Synced=False says "
+        f'"{_MISSING_IDENTITY}", the bug of provider-aws-ec2 v2.5.0 (crossplane-contrib/'
+        "provider-upjet-aws#2003, #2085), which cannot observe a SecurityGroupIngressRule before "
+        f"it exists. Install provider-aws-ec2 (and provider-family-aws) {FIXED_IN} or later, the "
+        "version the Configuration depends on (kubectl get providers.pkg.crossplane.io shows "
+        "what runs); the rules are then created on the provider's next poll"
+    )
 
 
 # The same message on every call until someone fixes the AWSCluster: kept per cluster.
