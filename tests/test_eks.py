@@ -146,11 +146,12 @@ def test_capas_agent_is_not_ready_before_capa_reports_it_active() -> None:
     assert world.xr_ready
 
 
-def test_moving_the_agent_to_capas_add_on_orphans_its_release() -> None:
+@pytest.mark.parametrize("name", ["eks-pod-identity-agent-release", "eks-pod-identity-legacy"])
+def test_moving_the_agent_to_capas_add_on_orphans_its_release(name: str) -> None:
     """The agent's chart, then the AWSManagedControlPlane lists the EKS add-on: the Release takes
     the orphan policy and goes without a helm uninstall, after the Usages of it, so the DaemonSet
     both name stays for CAPA's add-on (an uninstall would delete it under the add-on)."""
-    world = by_name("eks-pod-identity-agent-release").world(staged=False)
+    world = by_name(name).world(staged=False)
     world.run(12)
     assert world.xr_ready and AGENT in world.composed
     cp = _control_plane(world)
