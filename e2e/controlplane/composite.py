@@ -11,9 +11,11 @@ from typing import Any
 import yaml
 from crossplane.function import resource
 
+from e2e.controlplane import model
 from e2e.controlplane.driver import ClusterAPI, Providers, composed_kinds
 from e2e.controlplane.harness import ROOT, ControlPlane
 from function.graph import upgraded_release
+from function_tools import issuer
 
 COMPOSITE_LABEL = "crossplane.io/composite"
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
@@ -64,6 +66,30 @@ class Composite:
         self.capi = ClusterAPI(self.cp.kube, example_dir / "required", self.namespace, self.workload_kubeconfig)
         self.manifest = yaml.safe_load((example_dir / self.document).read_text())
         self.manifest["metadata"]["namespace"] = self.namespace
+        if not self.is_claim:
+            self._issue_as_the_xr_says()
+
+    def _issue_as_the_xr_says(self) -> None:
+        """The control plane signs with the issuer ``function-cluster-plugin issuer`` prints for
+        this XR, as a user sets it: the example's KubeadmControlPlane names its own namespace's
+        (the issuer's bucket name holds the namespace), and IssuerReady is True only on a match."""
+        kcp = self.capi.examples.get("KubeadmControlPlane")
+        config = (kcp or {}).get("spec", {}).get("kubeadmConfigSpec", {}).get("clusterConfiguration", {})
+        args = config.get("apiServer", {}).get("extraArgs")
+        if not isinstance(args, list) or not any(a.get("name") == "service-account-issuer" for a in args):
+            return
+        required = []
+        for obj in self.capi.examples.values():
+            moved = copy.deepcopy(obj)
+            moved["metadata"]["namespace"] = self.namespace
+            required.append(moved)
+        try:
+            url = issuer.compute(self.manifest, step_input=model.step_input(self.composition), required=required).url
+        except issuer.IssuerError:
+            return
+        for arg in args:
+            if arg.get("name") == "service-account-issuer":
+                arg["value"] = url
 
     @property
     def kube(self):
