@@ -398,23 +398,43 @@ def _usages_selector(ctx: CallContext, composite: str) -> Selector:
     )
 
 
-def _summary(plugins: list[PluginStatus]) -> ConditionOut:
+def _withdrawing(names: list[str]) -> str:
+    """What PluginsReady adds while resources the spec no longer asks for are still there.
+
+    A withdrawal can take as long as an uninstall does, or for ever while the workload
+    cluster cannot be reached: the XR says so rather than nothing.
+    """
+    if not names:
+        return ""
+    usages = sum(1 for n in names if n.startswith("usage-"))
+    parts = sorted(n for n in names if not n.startswith("usage-"))
+    if usages:
+        parts.append(f"{usages} Usage(s)")
+    return "; still withdrawing what the spec no longer asks for, in Usage order: " + ", ".join(
+        parts
+    )
+
+
+def _summary(plugins: list[PluginStatus], withdrawing: list[str]) -> ConditionOut:
+    also = _withdrawing(withdrawing)
     if not plugins:
-        return ConditionOut("PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons")
+        return ConditionOut(
+            "PluginsReady", "True", "NoPlugins", "the spec asks for no add-ons" + also
+        )
     if all(p.phase == READY for p in plugins):
         return ConditionOut(
             "PluginsReady",
             "True",
             "AllPluginsReady",
-            f"{len(plugins)} plugin(s) ready: " + ", ".join(p.name for p in plugins),
+            f"{len(plugins)} plugin(s) ready: " + ", ".join(p.name for p in plugins) + also,
         )
     blocked = [p for p in plugins if p.phase == BLOCKED]
     if blocked:
         msg = "; ".join(f"{p.name}: {p.message}" for p in blocked)
-        return ConditionOut("PluginsReady", "False", "Blocked", msg)
+        return ConditionOut("PluginsReady", "False", "Blocked", msg + also)
     waiting = [p for p in plugins if p.phase != READY]
     msg = "; ".join(f"{p.name} waits for {p.waiting_for}" for p in waiting)
-    return ConditionOut("PluginsReady", "False", "Waiting", msg)
+    return ConditionOut("PluginsReady", "False", "Waiting", msg + also)
 
 
 def _status(
@@ -654,12 +674,18 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
         plan.plugins.append(status)
     composite = _composite(xr)
     _usages(ctx, plan, wanted, composite)
-    _withdraw_in_usage_order(ctx, plan, wanted | {r.name for r in plan.resources}, composite)
+    kept = wanted | {r.name for r in plan.resources}
+    _withdraw_in_usage_order(ctx, plan, kept, composite)
+    withdrawn_until = len(plan.resources)
     _protect_cluster(ctx, plan, hold_new, composite)
+    kept.update(r.name for r in plan.resources[withdrawn_until:])
+    withdrawing = [n for n in ctx.observed.names() if n not in kept]
 
     sg = registry.ports_report(ctx, emit.emitted)
     plan.conditions = [
-        _deleting_summary(ctx, assessment) if assessment.hold_new else _summary(plan.plugins),
+        _deleting_summary(ctx, assessment)
+        if assessment.hold_new
+        else _summary(plan.plugins, withdrawing),
         ConditionOut(
             "SecurityGroupsReady",
             sg.status,

@@ -227,6 +227,35 @@ def test_a_removed_addon_keeps_its_roles_permissions_until_its_release_is_gone(s
     assert usage_order_problems(world) == []
 
 
+def _plugins_ready(world: InMemoryCrossplane) -> dict[str, str]:
+    return next(c for c in world.xr["status"]["conditions"] if c["type"] == "PluginsReady")
+
+
+def test_the_xr_says_what_it_still_withdraws() -> None:
+    """Found by the fault suite (e2e/faults/test_helm_faults.py: provider-helm stopped while EFS
+    was withdrawn): the XR said only "5 plugin(s) ready" while efs-release waited for its
+    uninstall and its role for it, which lasts for ever if the workload cluster cannot be
+    reached. PluginsReady (still True: every plugin the spec asks for is Ready) names what is
+    still withdrawn, until nothing is."""
+    world = by_name("selfhosted-full").world(staged=False)
+    world.run(15)
+    assert "withdrawing" not in _plugins_ready(world)["message"]
+    del world.xr["spec"]["storage"]["efs"]
+    said = []
+    for _ in range(20):
+        rec = world.reconcile()
+        cond = _plugins_ready(world)
+        left = {n for n in ("efs-release", "efs-role", "efs-role-attachment") if n in world.composed}
+        said.append((rec.step, cond["status"], cond["reason"], cond["message"], left))
+    first = said[0][3]
+    assert "still withdrawing what the spec no longer asks for, in Usage order: " in first, first
+    assert "efs-release" in first and "efs-role" in first and "Usage(s)" in first, first
+    for step, status, reason, message, left in said:
+        assert (status, reason) == ("True", "AllPluginsReady"), (step, message)
+        assert all(n in message for n in left), (step, left, message)
+    assert "withdrawing" not in said[-1][3] and not said[-1][4], said[-1]
+
+
 def test_adding_a_plugin_mid_way() -> None:
     world = by_name("external-eks").world(staged=False)
     world.run(10)

@@ -206,6 +206,10 @@ def test_provider_helm_stopped_mid_withdrawal(demo: Composite, parts: Parts, hel
     print(f"\nwhat the XR said: {what_it_said(watch.stop())}")
 
     assert {"efs-role", "efs-role-attachment"} <= held, held
+    # While helm could not uninstall, the XR (Ready: every plugin it asks for is) said what it
+    # still withdrew.
+    down = watch.between(outage.down_at, outage.started_at or time.monotonic())
+    assert any("still withdrawing" in s.plugins_message and "efs-release" in s.plugins_message for s in down), [s.plugins_message for s in down]
     row.holds("converged", [f"{t}={c['status']}" for t, c in conditions(demo.settled_xr()).items() if c["status"] != "True"])
     # Uninstalled from the workload cluster (helm's release Secrets deleted), in Usage order.
     assert helm_history.first(efs["metadata"]["annotations"]["crossplane.io/external-name"], event="DELETED") is not None
