@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.controlplane.composite import Composite
+from e2e.controlplane.harness import ROOT
 from e2e.controlplane.kube import Kube
 
 READY_AT = "2026-11-27T10:21:03Z"
@@ -57,7 +59,8 @@ class ControlPlaneOf:
 def composite(*states: dict[str, Any]) -> Composite:
     """The demo converged (its XR seen Ready), then read as ``states`` say."""
     kube = ScriptedKube(READY, *states)
-    demo = Composite(ControlPlaneOf(kube), None, "selfhosted-full", {}, "team-h")  # type: ignore[arg-type]
+    composition = yaml.safe_load((ROOT / "apis" / "v2" / "composition.yaml").read_text())
+    demo = Composite(ControlPlaneOf(kube), None, "selfhosted-full", composition, "team-h")  # type: ignore[arg-type]
     assert demo.wait_ready(timeout_s=1) == READY
     assert demo.ready_at == READY_AT
     return demo
@@ -93,5 +96,6 @@ def test_a_replay_no_write_ends_is_an_error() -> None:
 
 def test_before_wait_ready_the_xr_is_read_as_it_is() -> None:
     kube = ScriptedKube(REPLAY, READY_AGAIN)
-    demo = Composite(ControlPlaneOf(kube), None, "selfhosted-full", {}, "team-h")  # type: ignore[arg-type]
+    composition = yaml.safe_load((ROOT / "apis" / "v2" / "composition.yaml").read_text())
+    demo = Composite(ControlPlaneOf(kube), None, "selfhosted-full", composition, "team-h")  # type: ignore[arg-type]
     assert demo.settled_xr(timeout_s=0.5) == REPLAY
