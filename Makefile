@@ -13,7 +13,7 @@ HELM   := $(BIN)/helm
 DEMO_VENV  ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e tools bench soak generate clean test-debian image image-test release release-push
+.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e faults tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -111,6 +111,14 @@ needs-e2e needs-release needs-image:
 # End-to-end tests against real Crossplane, in e2e/ (not collected by make test).
 e2e: needs-e2e $(STAMP) $(HELM) tools
 	$(BIN)/python -m pytest e2e
+
+# The fault suite of make e2e (e2e/faults/, e2e/aws/test_faults.py) with each fault held past
+# the timeouts that decide what the other parts do (e2e/faults/durations.py): the function down
+# past Crossplane's 2-minute reconcile timeout, the workload cluster's API cut past provider-helm's
+# default 10-minute --timeout, AWS misbehaving for minutes. The fault table goes to FAULT_REPORT.
+FAULT_REPORT ?= faults.jsonl
+faults: needs-e2e $(STAMP) $(HELM) tools
+	FAULTS_LONG=1 FAULT_REPORT=$(FAULT_REPORT) $(BIN)/python -m pytest e2e/faults e2e/aws/test_faults.py
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.
