@@ -267,10 +267,11 @@ def realistic(obj: dict[str, Any], name: str, xr: dict[str, Any]) -> dict[str, A
         echo.update(_kind_extras(kind, fp, ext))
         status["atProvider"] = echo
     elif kind == "Release":
+        # What provider-helm v1.3.0 reports: the in-memory revision and chart version, and
+        # helm's description.
         status["atProvider"] = {
             "releaseDescription": "Install complete",
-            "revision": 1,
-            "state": "deployed",
+            **status.get("atProvider", {}),
         }
         status["failed"] = 0
         status["synced"] = True
@@ -344,7 +345,7 @@ def padding(i: int, xr: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 # --- building requests ---------------------------------------------------------------
 
 
-def converge(xr: dict[str, Any], *, max_steps: int = 30) -> InMemoryCrossplane:
+def converge(xr: dict[str, Any], *, max_steps: int = 40) -> InMemoryCrossplane:
     """Play ``xr`` in a InMemoryCrossplane until it is Ready and a reconcile changes nothing."""
     _, required = example()
     world = InMemoryCrossplane(xr, required, step_input=step_input())
@@ -353,7 +354,10 @@ def converge(xr: dict[str, Any], *, max_steps: int = 30) -> InMemoryCrossplane:
         if rec.fatal:
             msg = f"FATAL while converging: {rec.fatal}"
             raise RuntimeError(msg)
-        if rec.xr_ready and not rec.created and not rec.deleted:
+        # Steady: every chart Healthy too (the VPC CNI's IRSA restart soaked), as a fleet
+        # mostly is.
+        settled = world.xr.get("status", {}).get("upgrade") == "Healthy"
+        if rec.xr_ready and settled and not rec.created and not rec.deleted:
             return world
     msg = f"no convergence in {max_steps} reconciles"
     raise RuntimeError(msg)

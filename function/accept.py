@@ -60,8 +60,8 @@ class Accepted:
     port_needs: tuple[PortNeed, ...]
     lookup: Lookup  # what to ask Crossplane for and read: the cluster's objects, its key
 
-    def context(self, facts: ClusterFacts, observed: Observed) -> CallContext:
-        """What the add-ons' builders and gates read during one call."""
+    def context(self, facts: ClusterFacts, observed: Observed, now: float = 0.0) -> CallContext:
+        """What the add-ons' builders and gates read during one call (``now``: its clock)."""
         return CallContext(
             self.spec,
             self.step,
@@ -72,6 +72,7 @@ class Accepted:
             hosts_issuer=self.hosts_issuer,
             wants_irsa=self.wants_irsa,
             port_needs=self.port_needs,
+            now=now,
         )
 
 

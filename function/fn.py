@@ -9,6 +9,7 @@ print is what Crossplane would get.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, NamedTuple, Protocol
 
@@ -73,6 +74,8 @@ def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: A
             )
         )
     ttl = step.ttl.ready if plan.all_ready else step.ttl.waiting
+    if plan.due_in is not None:  # a soak or an upgrade's deadline ends sooner
+        ttl = max(1, min(ttl, math.ceil(plan.due_in)))
     rsp.meta.ttl.FromSeconds(ttl)
 
 
@@ -86,12 +89,14 @@ class Answer(NamedTuple):
     invalid_field: str | None = None
 
 
-def run(req: fnv1.RunFunctionRequest, log: Any = None) -> fnv1.RunFunctionResponse:
-    """Answer one RunFunctionRequest."""
-    return answer(req, log).response
+def run(
+    req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = None
+) -> fnv1.RunFunctionResponse:
+    """Answer one RunFunctionRequest (``now``: the call's clock, default the wall clock)."""
+    return answer(req, log, now).response
 
 
-def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
+def answer(req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = None) -> Answer:
     """Answer one RunFunctionRequest, keeping the plan behind the response."""
     rsp = response.to(req)
     xr = req.observed.composite.resource
@@ -119,7 +124,7 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None) -> Answer:
         cluster.usages_in_api(req, usages_namespace),
         cluster.found_by_name(req, usages_namespace),
     )
-    plan = build_plan(accepted.context(facts, observed), xr)
+    plan = build_plan(accepted.context(facts, observed, time.time() if now is None else now), xr)
     _write(rsp, plan, accepted.step, target)
     asked.adding(plan.requirements).write(rsp.requirements)
     if log is not None and plan.results:

@@ -31,11 +31,16 @@ if TYPE_CHECKING:  # the frame imports the add-ons' models: a type here, no impo
 
 
 class Readiness(Enum):
-    """When a composed resource counts as ready."""
+    """When a composed resource counts as ready.
 
-    CONDITION = "condition"  # observed with condition Ready=True
-    # A provider-helm Release: Ready=True, or upgraded at its current generation (see
-    # ``upgraded_release``).
+    CONDITION and RELEASE count only for the spec the function wrote: a Ready=True that
+    the provider reported for an older ``metadata.generation`` (its Synced condition's
+    ``observedGeneration``) is stale, and nothing gated on it may go ahead (``fresh``).
+    """
+
+    CONDITION = "condition"  # observed with condition Ready=True, for its current generation
+    # A provider-helm Release: Ready=True or upgraded, for its current generation and with the
+    # asked chart version deployed (see ``release_ready``).
     RELEASE = "release"
     EXISTS = "exists"  # observed at all (ProviderConfigs have no Ready condition)
     ALWAYS = "always"  # Usages: ready as soon as desired
@@ -108,11 +113,19 @@ class Release:
 
 @dataclass(frozen=True, eq=False)
 class CustomPolicy:
-    """A customer-managed IAM policy an add-on's role gets (instead of an AWS-managed one)."""
+    """A customer-managed IAM policy an add-on's role gets (instead of an AWS-managed one).
+
+    ``document`` is given the chart versions of the add-on's release whose permissions the
+    policy must grant in this call (one, or two while an upgrade moves: the old and the
+    new, see function/upgrade.py); ``versioned`` says the document depends on them, so an
+    upgrade waits until the policy grants both, and the policy narrows once it is over.
+    """
 
     node: str
-    document: Callable[[CallContext], str]  # the policy document, compact JSON
+    # The policy document, compact JSON, for the given chart versions.
+    document: Callable[[CallContext, tuple[str, ...]], str]
     description: str
+    versioned: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -341,10 +354,9 @@ class Observed:
             return True
         if readiness is Readiness.EXISTS:
             return self.get(name) is not None
-        ready = self._judged(self._ready, name, _ready_condition_true)
-        if readiness is Readiness.RELEASE and not ready:
-            return self._judged(self._upgraded, name, upgraded_release)
-        return ready
+        if readiness is Readiness.RELEASE:
+            return self._judged(self._upgraded, name, release_ready)
+        return self._judged(self._ready, name, fresh)
 
     def _judged(
         self, verdicts: dict[str, bool], name: str, judge: Callable[[struct_pb2.Struct], bool]
@@ -390,21 +402,62 @@ class Observed:
         return api, kind, meta_name
 
 
-def _ready_condition_true(obj: struct_pb2.Struct) -> bool:
-    """``structs.condition_status(obj, "Ready") == "True"``, unrolled: read for every node."""
-    # Every map is checked with ``in`` first (indexing would insert); a Value of
-    # another kind reads as an empty Struct or list.
+class _Conditions(NamedTuple):
+    """What readiness reads of a composed resource's conditions, in one pass."""
+
+    ready: bool  # Ready=True
+    synced: bool | None  # Synced=True; None without a Synced condition
+    # Synced's observedGeneration, when the provider wrote one.
+    synced_generation: float | None
+
+
+def _conditions(obj: struct_pb2.Struct) -> _Conditions:
+    # Unrolled (read for every node): every map is checked with ``in`` first (indexing would
+    # insert); a Value of another kind reads as an empty Struct or list.
+    ready, synced, synced_generation = False, None, None
     fields = obj.fields
     if "status" not in fields:
-        return False
+        return _Conditions(ready, synced, synced_generation)
     fields = fields["status"].struct_value.fields
     if "conditions" not in fields:
-        return False
+        return _Conditions(ready, synced, synced_generation)
     for item in fields["conditions"].list_value.values:
         cond = item.struct_value.fields
-        if "type" in cond and cond["type"].string_value == "Ready":
-            return "status" in cond and cond["status"].string_value == "True"
-    return False
+        if "type" not in cond:
+            continue
+        kind = cond["type"].string_value
+        if kind == "Ready":
+            ready = "status" in cond and cond["status"].string_value == "True"
+        elif kind == "Synced":
+            synced = "status" in cond and cond["status"].string_value == "True"
+            if "observedGeneration" in cond:
+                synced_generation = cond["observedGeneration"].number_value
+    return _Conditions(ready, synced, synced_generation)
+
+
+def _generation(obj: struct_pb2.Struct) -> float | None:
+    fields = obj.fields
+    if "metadata" not in fields:
+        return None
+    meta = fields["metadata"].struct_value.fields
+    return meta["generation"].number_value if "generation" in meta else None
+
+
+def _current(obj: struct_pb2.Struct, conds: _Conditions) -> bool:
+    """Whether the provider's conditions speak of the spec the object holds now.
+
+    crossplane-runtime stamps the Synced condition with the ``metadata.generation`` it
+    reconciled; until the provider has acted on a new spec, its Ready=True is the old
+    spec's. Where nothing can be compared (no generation: not an API server's object; no
+    Synced condition or no observedGeneration: a provider built before crossplane-runtime
+    stamped it), the conditions are taken as they are.
+    """
+    generation = _generation(obj)
+    if generation is None or conds.synced is None:
+        return True
+    if not conds.synced:
+        return False  # the provider failed to apply the current spec
+    return conds.synced_generation is None or conds.synced_generation == generation
 
 
 def upgraded_release(obj: struct_pb2.Struct) -> bool:
@@ -420,27 +473,37 @@ def upgraded_release(obj: struct_pb2.Struct) -> bool:
     changed since), a failed or pending release, or a failed upgrade (Synced=False)
     is not this.
     """
-    # Read only for a Release that is not Ready=True, so the plain walkers will do.
-    generation = structs.value_at(obj, "metadata", "generation")
-    if generation is None or generation.number_value <= 0:
+    generation = _generation(obj)
+    if generation is None or generation <= 0:
         return False
     if structs.str_at(obj, "status", "atProvider", "state") != "deployed":
         return False
-    synced = next(
-        (
-            c
-            for c in structs.structs_at(obj, "status", "conditions")
-            if structs.str_at(c, "type") == "Synced"
-        ),
-        None,
-    )
-    observed_generation = None if synced is None else structs.value_at(synced, "observedGeneration")
-    return (
-        synced is not None
-        and structs.str_at(synced, "status") == "True"
-        and observed_generation is not None
-        and observed_generation.number_value == generation.number_value
-    )
+    conds = _conditions(obj)
+    return bool(conds.synced) and conds.synced_generation == generation
+
+
+def fresh(obj: struct_pb2.Struct) -> bool:
+    """Ready=True, reported for the spec the object holds now (see ``_current``)."""
+    conds = _conditions(obj)
+    return conds.ready and _current(obj, conds)
+
+
+def release_ready(obj: struct_pb2.Struct) -> bool:
+    """Whether a provider-helm Release runs the spec the function wrote.
+
+    Ready=True for its current generation, or upgraded to it (``upgraded_release``), and
+    the chart version deployed (``status.atProvider.version``) the one its spec asks for:
+    a stale Ready=True of the revision before an upgrade never counts.
+    """
+    conds = _conditions(obj)
+    if conds.ready:
+        if not _current(obj, conds):
+            return False
+    elif not upgraded_release(obj):
+        return False
+    deployed = structs.str_at(obj, "status", "atProvider", "version")
+    asked = structs.str_at(obj, "spec", "forProvider", "chart", "version")
+    return deployed is None or asked is None or deployed == asked
 
 
 @dataclass
@@ -460,6 +523,15 @@ class CallContext:
     # The security-group ports every wanted add-on needs.
     port_needs: tuple[PortNeed, ...] = ()
     readiness: dict[str, Readiness] = field(default_factory=dict)
+    # The call's clock, seconds since the epoch: the runner reads it once per call (the
+    # in-memory Crossplane gives its own), so the plan is a function of the request and it.
+    now: float = 0.0
+    # Release node -> the chart versions whose permissions its add-on's IAM grants in this
+    # call (function/upgrade.py decides them; absent: the version the release installs).
+    chart_versions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Releases given a new spec in this call: what is observed of them is the old one's, so
+    # nothing gated on them may go ahead in this call.
+    moving: frozenset[str] = frozenset()
 
     # --- facts that builders need, raising MissingFactError when unknown ----
 
@@ -508,7 +580,12 @@ class CallContext:
         return arn
 
     def is_ready(self, node: str) -> bool:
-        """Whether ``node`` is observed and ready under its own readiness rule."""
+        """Whether ``node`` is observed and ready under its own readiness rule, and stays so.
+
+        A Release given a new spec in this call is not: its readiness is the old spec's.
+        """
+        if node in self.moving:
+            return False
         return self.observed.ready(node, self.readiness.get(node, Readiness.CONDITION))
 
 

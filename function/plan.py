@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf import struct_pb2
 
-from function import deletion, registry, structs
+from function import deletion, registry, structs, upgrade
 from function.cluster import REQ_FINALIZING, REQ_USAGES, REQ_USER_OF, Selector
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
 from function.graph import (
@@ -35,6 +35,7 @@ from function.graph import (
     Wait,
 )
 from function.registry import ADDONS, USAGES
+from function.spec import OnFailure
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
 PROTECT_CLUSTER_USAGE = "usage-helm-provider-config-cluster"
@@ -75,14 +76,28 @@ class PluginStatus:
     message: str = ""
     # What it waits for as a label of bounded cardinality (metrics); not in the status.
     reason: str = ""
+    # Day two (function/upgrade.py), of its Release: the chart version helm deployed, the one
+    # it moves to, the last one that ran healthy, its upgrade phase and since when.
+    version: str = ""
+    target_version: str = ""
+    last_healthy_version: str = ""
+    upgrade: str = ""
+    upgrade_since: str = ""
 
     def as_dict(self) -> dict[str, str]:
         """The status entry (empty fields left out)."""
         d = {"name": self.name, "phase": self.phase}
-        if self.waiting_for:
-            d["waitingFor"] = self.waiting_for
-        if self.message:
-            d["message"] = self.message
+        for key, value in (
+            ("waitingFor", self.waiting_for),
+            ("message", self.message),
+            ("version", self.version),
+            ("targetVersion", self.target_version),
+            ("lastHealthyVersion", self.last_healthy_version),
+            ("upgrade", self.upgrade),
+            ("upgradeSince", self.upgrade_since),
+        ):
+            if value:
+                d[key] = value
         return d
 
 
@@ -108,6 +123,8 @@ class Plan:
     all_ready: bool = False
     # Required resources to ask for on top of the cluster's (REQ_USAGES).
     requirements: dict[str, Selector] = field(default_factory=dict)
+    # Seconds until a soak or a progress deadline ends: call again by then.
+    due_in: float | None = None
 
 
 def _helm_provider_config(ctx: CallContext) -> dict[str, Any]:
@@ -127,12 +144,20 @@ def _first_wait(ctx: CallContext, node: Node) -> Wait | None:
 class _Emitter:
     """Decides emit / carry over / hold back for nodes, and records the outcome."""
 
-    def __init__(self, ctx: CallContext, plan: Plan, hold_new: Wait | None = None) -> None:
+    def __init__(
+        self,
+        ctx: CallContext,
+        plan: Plan,
+        hold_new: Wait | None = None,
+        upgrades: upgrade.Upgrades | None = None,
+    ) -> None:
         self.ctx = ctx
         self.plan = plan
         self.emitted: set[str] = set()
         # Why nothing that does not exist yet is emitted (the cluster is going away).
         self.hold_new = hold_new
+        # The day-two decisions: the Release each observed one becomes.
+        self.decisions = upgrades.decisions if upgrades is not None else {}
 
     def node(self, node: Node) -> Wait | None:
         """Emit ``node`` if it may be; return why not otherwise."""
@@ -143,8 +168,11 @@ class _Emitter:
         # Gates decide only the first emission: an observed node is emitted again
         # whatever they say, so they are not even asked (a gate costs time on every call).
         wait = None if observed else _first_wait(ctx, node)
-        body = None
-        if wait is None:
+        body: dict[str, Any] | StructWriter | None = None
+        decision = self.decisions.get(node.name)
+        if decision is not None and decision.body is not None:
+            body = _copier(decision.body)
+        elif wait is None:
             try:
                 body = node.build(ctx)
             except MissingFactError as err:
@@ -154,9 +182,8 @@ class _Emitter:
         carried = ctx.observed.get(node.name) if body is None else None
         if carried is not None and ctx.flavour.orphan_releases and _is_release(carried):
             carried = ctx.flavour.orphaned_copy(carried)
-        self.plan.resources.append(
-            DesiredResource(node.name, ctx.observed.ready(node.name, node.readiness), body, carried)
-        )
+        ready = node.name not in ctx.moving and ctx.observed.ready(node.name, node.readiness)
+        self.plan.resources.append(DesiredResource(node.name, ready, body, carried))
         self.emitted.add(node.name)
         return None
 
@@ -178,12 +205,25 @@ def _hand_over(ctx: CallContext, plan: Plan, name: str) -> bool:
     return True
 
 
+def _copier(body: struct_pb2.Struct) -> StructWriter:
+    """A writer of ``body`` (the Release a day-two decision made)."""
+
+    def write(out: struct_pb2.Struct) -> None:
+        out.CopyFrom(body)
+
+    return write
+
+
 def _is_release(obj: struct_pb2.Struct) -> bool:
     return "kind" in obj.fields and obj.fields["kind"].string_value == "Release"
 
 
 def _plugin_status(
-    ctx: CallContext, plugin: Plugin, held: list[tuple[Node, Wait]], emitted: set[str]
+    ctx: CallContext,
+    plugin: Plugin,
+    held: list[tuple[Node, Wait]],
+    emitted: set[str],
+    decisions: dict[str, upgrade.Decision],
 ) -> PluginStatus:
     if plugin.waits_for is not None and not plugin.nodes:
         return _noted(plugin, _waits_for_another(plugin, plugin.waits_for(ctx)))
@@ -197,6 +237,9 @@ def _plugin_status(
     status = _plugin_phase(plugin, held, emitted_here, not_ready)
     if not_ready and status.phase != READY:
         status = _diagnosed(ctx, plugin, not_ready) or _slow_notes(plugin, not_ready, status)
+    ours = [decisions[n] for n in names if n in decisions]
+    if ours:
+        status = _day_two(status, ours)
     return _noted(plugin, status)
 
 
@@ -212,9 +255,13 @@ def _diagnosed(ctx: CallContext, plugin: Plugin, not_ready: list[str]) -> Plugin
 
 
 def _noted(plugin: Plugin, status: PluginStatus) -> PluginStatus:
-    if not plugin.note:
+    return _with_note(status, plugin.note)
+
+
+def _with_note(status: PluginStatus, note: str) -> PluginStatus:
+    if not note or note in status.message:
         return status
-    message = f"{status.message}; {plugin.note}" if status.message else plugin.note
+    message = f"{status.message}; {note}" if status.message else note
     return dataclasses.replace(status, message=message)
 
 
@@ -225,6 +272,30 @@ def _waits_for_another(plugin: Plugin, wait: Wait | None) -> PluginStatus:
     phase = BLOCKED if wait.blocked else PENDING
     message = wait.message or f"waiting for {wait.waiting_for}"
     return PluginStatus(plugin.name, phase, wait.waiting_for, message, wait.label)
+
+
+def _day_two(status: PluginStatus, decisions: list[upgrade.Decision]) -> PluginStatus:
+    """The plugin's entry with its Release's day-two record (function/upgrade.py).
+
+    A plugin with two Releases (Calico's CRDs and operator, cert-manager and the webhook)
+    shows the one that moves, failed or waits, else its last one; every message is kept.
+    """
+    shown = next(
+        (d for d in decisions if d.phase not in (None, upgrade.Phase.HEALTHY) or d.wait),
+        decisions[-1],
+    )
+    record = shown.record
+    status = dataclasses.replace(
+        status,
+        version=shown.running or "",
+        target_version=shown.target_version or "",
+        last_healthy_version=shown.last_healthy_version or "",
+        upgrade=str(record.phase) if record is not None else "",
+        upgrade_since=record.since if record is not None else "",
+    )
+    for d in decisions:
+        status = _with_note(status, d.message)
+    return status
 
 
 def _slow_notes(plugin: Plugin, not_ready: list[str], status: PluginStatus) -> PluginStatus:
@@ -656,8 +727,11 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     plugins = [p for p in (b(ctx) for b in PLUGIN_BUILDERS) if p is not None]
     ctx.readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
     ctx.readiness[HELM_PROVIDER_CONFIG] = Readiness.EXISTS
+    upgrades = _upgrades(ctx, plugins, xr, assessment)
+    ctx.chart_versions = {n: d.versions for n, d in upgrades.decisions.items()}
+    ctx.moving = upgrades.moving
 
-    emit = _Emitter(ctx, plan, hold_new)
+    emit = _Emitter(ctx, plan, hold_new, upgrades)
     emit.node(Node(HELM_PROVIDER_CONFIG, _helm_provider_config, readiness=Readiness.EXISTS))
     wanted = {HELM_PROVIDER_CONFIG}
     for plugin in plugins:
@@ -668,7 +742,7 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
             if wait is not None:
                 held.append((node, wait))
         wanted.update(n for n in plugin.handed_over if _hand_over(ctx, plan, n))
-        status = _plugin_status(ctx, plugin, held, emit.emitted)
+        status = _plugin_status(ctx, plugin, held, emit.emitted, upgrades.decisions)
         waiting = bool(held) or (not plugin.nodes and status.phase != READY)
         plan.held_back = plan.held_back or waiting
         plan.plugins.append(status)
@@ -696,12 +770,75 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     ]
     phases = {p.name: p.phase for p in plan.plugins}
     plan.conditions += [a.condition(ctx, phases) for a in ADDONS if a.condition is not None]
+    plan.conditions.append(_charts_healthy(upgrades))
     plan.status = _status(ctx, plugins, plan.plugins)
+    summary = upgrades.summary
+    if summary is not None:
+        plan.status["upgrade"] = str(summary)
+    plan.due_in = upgrades.due_in
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
     # The XR is not ready while its cluster goes away, whatever its plugins say.
     plan.held_back = plan.held_back or assessment.hold_new
-    plan.all_ready = not plan.held_back and all(p.phase == READY for p in plan.plugins)
+    plan.all_ready = (
+        not plan.held_back
+        and all(p.phase == READY for p in plan.plugins)
+        and summary not in upgrade.IN_FLIGHT
+    )
     _transitions(xr, plan)
     return plan
+
+
+def _upgrades(
+    ctx: CallContext, plugins: list[Plugin], xr: struct_pb2.Struct, assessment: deletion.Assessment
+) -> upgrade.Upgrades:
+    """The day-two decisions of this call (function/upgrade.py)."""
+    policy = ctx.spec.upgrade_policy
+    may_move = None
+    if assessment.orphan_releases:
+        # Nothing moves in a cluster going away, nor in one whose objects were not read.
+        may_move = Wait(
+            "cluster",
+            "no chart moves while the cluster is being deleted or its objects are not read",
+            reason="cluster not present",
+        )
+    return upgrade.decide(
+        ctx,
+        plugins,
+        order=registry.UPGRADE_ORDER,
+        policy=upgrade.Policy(
+            policy.soak_seconds,
+            policy.progress_deadline_seconds,
+            rollback=policy.on_failure is OnFailure.ROLLBACK,
+        ),
+        retry=structs.str_at(xr, "metadata", "annotations", upgrade.RETRY_ANNOTATION) or "",
+        may_move=may_move,
+        iam=registry.IAM_CHECKS,
+    )
+
+
+CHARTS_HEALTHY = "ChartsHealthy"
+
+
+def _charts_healthy(upgrades: upgrade.Upgrades) -> ConditionOut:
+    """Whether every Release runs the spec it was given, healthy (function/upgrade.py)."""
+    summary = upgrades.summary
+    moving = [
+        d for d in upgrades.decisions.values() if d.phase not in (None, upgrade.Phase.HEALTHY)
+    ]
+    waiting = [d for d in upgrades.decisions.values() if d.wait is not None]
+    if summary is None or (summary is upgrade.Phase.HEALTHY and not waiting):
+        return ConditionOut(
+            CHARTS_HEALTHY, "True", "Healthy", "every chart runs the version it was given"
+        )
+    if summary is upgrade.Phase.HEALTHY:
+        message = "; ".join(d.message for d in waiting)
+        return ConditionOut(CHARTS_HEALTHY, "False", "UpgradeWaiting", message)
+    message = "; ".join(d.message or f"{d.node}: {d.phase}" for d in moving)
+    event = (
+        "Warning"
+        if summary in (upgrade.Phase.FAILED, upgrade.Phase.ROLLING_BACK, upgrade.Phase.ROLLED_BACK)
+        else "Normal"
+    )
+    return ConditionOut(CHARTS_HEALTHY, "False", str(summary), message, event=event)

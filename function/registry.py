@@ -8,10 +8,13 @@ issuer's warnings all come from the declarations.
 
 from __future__ import annotations
 
-from function.addons import calico, ccm, csi, external_dns, irsa, lbc, pod_identity, vpc_cni
+import functools
+from collections.abc import Callable
+
+from function.addons import calico, ccm, csi, external_dns, iam, irsa, lbc, pod_identity, vpc_cni
 from function.addons.helm import owned_problems
 from function.addons.security_groups import report as security_groups_report
-from function.graph import Addon, PortNeed, Usage
+from function.graph import Addon, CallContext, PortNeed, Usage, Wait
 from function.spec import ClusterPluginSpec
 from function.spec_base import spec_attributes
 
@@ -30,6 +33,39 @@ ADDONS: tuple[Addon, ...] = (
 
 # Deletion order, as Usages: ``by`` is deleted before ``of``.
 USAGES: tuple[Usage, ...] = tuple(u for a in ADDONS for u in a.usages)
+
+
+def _upgrade_order(usages: tuple[Usage, ...]) -> dict[str, int]:
+    """Node -> its place among upgrades (lower first): what others use goes before them.
+
+    The deletion order reversed: a resource is upgraded after every resource it uses
+    (the CNI before what needs the CNI, cert-manager before the webhook, Calico's CRDs
+    before tigera-operator). A node's rank is the longest chain of users above it.
+    """
+    users: dict[str, set[str]] = {}
+    for u in usages:
+        users.setdefault(u.of, set()).add(u.by)
+
+    @functools.cache
+    def rank(node: str) -> int:
+        return max((rank(by) + 1 for by in users.get(node, ())), default=0)
+
+    return {node: -rank(node) for node in {*users, *(u.by for u in usages)}}
+
+
+# Releases move one at a time on day two, in this order (ties: status.plugins[] order).
+UPGRADE_ORDER: dict[str, int] = _upgrade_order(USAGES)
+
+# Release node -> whether its add-on's versioned policy grants what given chart versions need
+# (function/upgrade.py: IAM before the chart, expand then contract).
+IAM_CHECKS: dict[str, Callable[[CallContext, tuple[str, ...]], Wait | None]] = {
+    a.release.node: iam.covers(a)
+    for a in ADDONS
+    if a.release is not None
+    and a.role is not None
+    and a.role.policy is not None
+    and a.role.policy.versioned
+}
 
 # The add-ons a user asks for in the spec (the issuer follows from them).
 REQUESTABLE: tuple[Addon, ...] = tuple(a for a in ADDONS if a.spec_path)

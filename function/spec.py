@@ -16,6 +16,7 @@ Each add-on's own model lives with its declaration (``AmazonVPCSpec`` in
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any
 
 from pydantic import (
@@ -153,6 +154,51 @@ class DNSSpec(StrictModel):
     )
 
 
+class OnFailure(StrEnum):
+    """What a failed chart upgrade does."""
+
+    ROLLBACK = "Rollback"
+    HOLD = "Hold"
+
+
+class UpgradePolicySpec(StrictModel):
+    """How a chart moves on day two: the health gate and the way back."""
+
+    soak_seconds: int = Field(
+        default=60,
+        alias="soakSeconds",
+        ge=0,
+        le=86400,
+        description=(
+            "How long a Release must run its new chart version (Ready for its new spec, with "
+            "wait: true after helm waited for its workloads) before the upgrade counts as "
+            "Healthy and the next chart may move, e.g. 300."
+        ),
+    )
+    progress_deadline_seconds: int = Field(
+        default=900,
+        alias="progressDeadlineSeconds",
+        ge=30,
+        le=86400,
+        description=(
+            "How long an upgrade may take to run before it has failed, from the moment the "
+            "function wrote the new spec, e.g. 900. Helm's own wait (waitTimeout 10m) fits in "
+            "the default."
+        ),
+    )
+    on_failure: OnFailure = Field(
+        default=OnFailure.ROLLBACK,
+        alias="onFailure",
+        description=(
+            "Rollback (default): write back the chart version and values that last ran "
+            "healthy, and the IAM that goes with them. Hold: leave the failed version in "
+            "place and move no other chart until a person acts. Either way the failed "
+            "version is not tried again until the spec asks for another, or the annotation "
+            "clusterplugin.dev/retry-upgrade changes."
+        ),
+    )
+
+
 class ClusterPluginSpec(StrictModel):
     """The spec shared by ClusterPlugin (v2, namespaced) and XClusterPlugin (legacy)."""
 
@@ -225,6 +271,14 @@ class ClusterPluginSpec(StrictModel):
     dns: DNSSpec = Field(
         default_factory=DNSSpec,
         description="DNS records for what the cluster exposes (externalDNS).",
+    )
+    upgrade_policy: UpgradePolicySpec = Field(
+        default_factory=UpgradePolicySpec,
+        alias="upgradePolicy",
+        description=(
+            "Day two: how a chart upgrade is proven healthy (a soak time, a progress "
+            "deadline) and what a failed one does (Rollback or Hold)."
+        ),
     )
 
     @field_validator("cluster_name", "cluster_namespace")

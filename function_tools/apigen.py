@@ -78,6 +78,8 @@ PRINTER_COLUMNS = (
         "type": "string",
         "jsonPath": ".status.conditions[?(@.type=='SecurityGroupsReady')].status",
     },
+    # Day two: whether any chart is mid-upgrade, failed or rolled back (function/upgrade.py).
+    {"name": "UPGRADE", "type": "string", "jsonPath": ".status.upgrade"},
     {"name": "ISSUER", "type": "string", "jsonPath": ".status.issuerURL", "priority": 1},
 )
 

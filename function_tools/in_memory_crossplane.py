@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,9 +62,21 @@ class Composed:
     ready: bool = False
     uninstalling: bool = False  # a Release stuck in its helm uninstall
     generation: int = 1  # metadata.generation: one more for each change of spec
+    # The generation the provider last acted on (its Synced condition's observedGeneration),
+    # and the reconcile the spec changed since: the provider acts on a new spec only
+    # ``provider_delay`` reconciles later, its old Ready=True standing until then.
+    acted_generation: int = 1
+    changed_at: int = 0
     # The reconcile whose change of spec.forProvider provider-helm upgraded this
     # (ready) Release for; None if never.
     upgraded_at: int | None = None
+    # A Release: the spec.forProvider helm runs (None until installed), its revision, and the
+    # provider's error (Synced=False) when it could not install or upgrade it.
+    deployed: dict[str, Any] | None = None
+    revision: int = 0
+    error: str = ""
+    # The reconcile it last turned Ready at (its Ready condition's lastTransitionTime).
+    ready_at: int = 0
 
 
 @dataclass
@@ -261,7 +274,10 @@ class InMemoryCrossplane:
         slow: Mapping[str, int] | None = None,
         helm_poll: int = 10,
         deletion_delay: int = 3,
-        runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] = fn.run,
+        provider_delay: int = 1,
+        seconds_per_reconcile: int = 10,
+        missing_charts: Iterable[str] = (),
+        runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] | None = None,
     ) -> None:
         self.xr = copy.deepcopy(xr)
         self.required = [copy.deepcopy(o) for o in required]
@@ -276,7 +292,15 @@ class InMemoryCrossplane:
         self.helm_poll = helm_poll
         # Reconciles a deleted composed resource (not a Usage) stays in the API server.
         self.deletion_delay = deletion_delay
-        self.runner = runner
+        # Reconciles before a provider acts on a changed spec (its old Ready=True stands).
+        self.provider_delay = provider_delay
+        # The world's clock: each reconcile is this many seconds after the one before, and
+        # the function is called with it (fn.run's ``now``) unless another runner is given.
+        self.seconds_per_reconcile = seconds_per_reconcile
+        self.start = self.START  # the clock at reconcile 0
+        # "<chart>@<version>" the chart repository does not have: provider-helm fails.
+        self.missing_charts = set(missing_charts)
+        self.runner = runner if runner is not None else self._run
         self.composed: dict[str, Composed] = {}
         self.step = 0
         self.held_down: set[str] = set()  # names a fault keeps not-ready
@@ -311,6 +335,22 @@ class InMemoryCrossplane:
             _assign_uid(obj, self._generation)
 
     # --- the world outside the function -----------------------------------
+
+    START = 1767225600  # 2026-01-01T00:00:00Z
+
+    @property
+    def now(self) -> float:
+        """The world's clock, seconds since the epoch."""
+        return float(self.start + self.step * self.seconds_per_reconcile)
+
+    def time_at(self, step: int) -> str:
+        """The world's clock at reconcile ``step``, as Kubernetes writes times."""
+        return time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.start + step * self.seconds_per_reconcile)
+        )
+
+    def _run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        return fn.run(req, now=self.now)
 
     def control_plane(self) -> dict[str, Any] | None:
         """The first control-plane object among the required objects."""
@@ -388,13 +428,27 @@ class InMemoryCrossplane:
         obj = copy.deepcopy(c.obj)
         obj["metadata"]["generation"] = c.generation
         status = obj.setdefault("status", {})
-        synced = {
+        synced: dict[str, Any] = {
             "type": "Synced",
             "status": "True",
             "reason": "ReconcileSuccess",
-            "observedGeneration": c.generation,
+            "observedGeneration": c.acted_generation,
         }
-        if c.ready and self.upgrading(c):
+        if c.error:
+            synced.update(status="False", reason="ReconcileError", message=c.error)
+        if c.obj.get("kind") == "Release" and c.deployed is not None:
+            status["atProvider"] = {
+                "state": "deployed",
+                "revision": c.revision,
+                "version": c.deployed.get("chart", {}).get("version", ""),
+            }
+        if c.error and c.obj.get("kind") == "Release":
+            # provider-helm's Observe found the release not up to date: Unavailable.
+            status["conditions"] = [
+                {"type": "Ready", "status": "False", "reason": "Unavailable"},
+                synced,
+            ]
+        elif c.ready and self.upgrading(c):
             # What provider-helm writes after a successful upgrade: Synced at this
             # generation and the deployed release, but still the Unavailable its Observe
             # found before upgrading, until its next poll (crossplane-runtime requeues a
@@ -405,12 +459,18 @@ class InMemoryCrossplane:
             ]
         elif c.ready:
             status["conditions"] = [
-                {"type": "Ready", "status": "True", "reason": "Available"},
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Available",
+                    "lastTransitionTime": self.time_at(c.ready_at),
+                },
                 synced,
             ]
         else:
             status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
         reported = _reported(obj, self.region) if c.ready else {}
+        reported.pop("state", None)  # a Release's comes from what helm runs (above)
         if reported:
             status.setdefault("atProvider", {}).update(reported)
         return obj
@@ -475,18 +535,15 @@ class InMemoryCrossplane:
                 spec = body.get("spec", {})
                 if spec != c.obj.get("spec", {}):
                     c.generation += 1
-                    # Only a change of what helm installs makes provider-helm upgrade
-                    # (management or deletion policies do not).
-                    if (
-                        c.ready
-                        and c.obj.get("kind") == "Release"
-                        and spec.get("forProvider") != c.obj.get("spec", {}).get("forProvider")
-                    ):
-                        c.upgraded_at = self.step
+                    c.changed_at = self.step
                 c.obj["spec"] = spec
                 meta = body.get("metadata", {})
-                if "annotations" in meta:
-                    c.obj["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+                # Server-side apply: an annotation the function no longer sets is removed too
+                # (Crossplane's own stays).
+                c.obj["metadata"]["annotations"] = {
+                    COMPOSITION_RESOURCE_NAME: name,
+                    **meta.get("annotations", {}),
+                }
                 # Server-side apply: a label the function no longer sets is removed (the
                 # InMemoryCrossplane's objects carry no labels but the function's).
                 c.obj["metadata"].pop("labels", None)
@@ -551,6 +608,33 @@ class InMemoryCrossplane:
         """(apiVersion, kind, name) of every resource a Usage in the API server uses."""
         return {_usage_ends(usage)[1] for usage in self._usages()}
 
+    def _act(self, c: Composed) -> None:
+        """The provider acts on ``c``'s current spec (a Release: helm installs or upgrades)."""
+        if c.obj.get("kind") != "Release":
+            c.acted_generation = c.generation
+            return
+        for_provider = c.obj.get("spec", {}).get("forProvider", {})
+        chart = for_provider.get("chart", {})
+        if f"{chart.get('name')}@{chart.get('version')}" in self.missing_charts:
+            # What provider-helm v1.3.0 reports when helm cannot pull the chart.
+            verb = "upgrade" if c.deployed is not None else "install"
+            c.error = (
+                f"failed to {verb} release: failed to load chart: chart "
+                f'"{chart.get("name")}" version "{chart.get("version")}" not found in '
+                f"{chart.get('repository')} repository"
+            )
+            c.acted_generation = c.generation
+            return
+        c.error = ""
+        c.acted_generation = c.generation
+        if for_provider == c.deployed:
+            return  # up to date: Observe says so, helm runs nothing
+        if c.deployed is not None and c.ready:
+            # An upgrade: Ready=False (its Observe before upgrading) until the next poll.
+            c.upgraded_at = self.step
+        c.deployed = copy.deepcopy(for_provider)
+        c.revision += 1
+
     def _create(self, name: str, body: dict[str, Any]) -> Composed:
         meta = body.setdefault("metadata", {})
         xr_meta = self.xr.get("metadata", {})
@@ -561,7 +645,7 @@ class InMemoryCrossplane:
         if namespace and not body.get("kind", "").startswith("Cluster"):
             meta["namespace"] = namespace
         meta.setdefault("annotations", {})[COMPOSITION_RESOURCE_NAME] = name
-        c = Composed(name, body, created_at=self.step)
+        c = Composed(name, body, created_at=self.step, changed_at=self.step)
         self.composed[name] = c
         return c
 
@@ -607,13 +691,28 @@ class InMemoryCrossplane:
                 self.gone.append((self.step + 1, name))
         self.lingering = [(until, obj) for until, obj in self.lingering if until > self.step]
         for c in self.composed.values():
-            c.ready = (
-                c.name not in self.held_down
-                and self.step - c.created_at + 1
-                >= self.slow.get(c.obj.get("kind", ""), self.ready_delay)
-                # provider-helm cannot reach a cluster that is gone.
-                and not (self.cluster_gone and c.obj.get("kind") == "Release")
+            release = c.obj.get("kind") == "Release"
+            created = self.step - c.created_at + 1 >= self.slow.get(
+                c.obj.get("kind", ""), self.ready_delay
             )
+            # provider-helm cannot reach a cluster that is gone.
+            reachable = not (self.cluster_gone and release)
+            if reachable and created and (
+                (c.deployed is None and release) or c.generation > c.acted_generation
+            ):
+                if (c.deployed is None and release) or self.step - c.changed_at + 1 > (
+                    self.provider_delay
+                ):
+                    self._act(c)
+            ready = (
+                c.name not in self.held_down
+                and created
+                and reachable
+                and not (release and (c.error or c.deployed is None))
+            )
+            if ready and not c.ready:
+                c.ready_at = self.step
+            c.ready = ready
 
     def run(
         self, steps: int, *, before: Callable[[InMemoryCrossplane], None] | None = None

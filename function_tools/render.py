@@ -23,6 +23,7 @@ Keys are sorted at every level, as Go's JSON encoder sorts them in
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function import upgrade
 from function_tools.in_memory_crossplane import (
     COMPOSITION_RESOURCE_NAME,
     Composed,
@@ -258,6 +260,20 @@ def result_documents(rsp: fnv1.RunFunctionResponse, step: str) -> list[dict[str,
     ]
 
 
+def _times(obj: dict[str, Any]) -> float:
+    """The latest time ``obj`` names: its conditions' transitions, its day-two record."""
+    conditions = obj.get("status", {}).get("conditions", [])
+    texts = [str(c.get("lastTransitionTime", "")) for c in conditions]
+    record = obj.get("metadata", {}).get("annotations", {}).get(upgrade.RECORD_ANNOTATION)
+    parsed = upgrade.parse_record(record) if record else None
+    if parsed is not None:
+        texts += [parsed.since, parsed.running_since]
+    seconds = [
+        dt.datetime.fromisoformat(t).timestamp() for t in texts if t and t[:1].isdigit()
+    ]
+    return max(seconds, default=0.0)
+
+
 def render(
     xr: dict[str, Any],
     *,
@@ -276,6 +292,9 @@ def render(
         capabilities=not crossplane_v1,
     )
     world.composed = observed_composed(observed)
+    # The call comes just after what it observes: its clock is the latest time the observed
+    # state names (conditions, a Release's day-two record), or the world's start.
+    world.start = int(max([world.start, *(_times(c.obj) for c in world.composed.values())]))
     rsp, iterations = world.call()
     fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
     if fatal is not None:

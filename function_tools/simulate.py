@@ -46,7 +46,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.addons import cni
-from function.plan import CLUSTER_DELETING
+from function.plan import CHARTS_HEALTHY, CLUSTER_DELETING
 from function_tools.in_memory_crossplane import InMemoryCrossplane, orphaned
 
 CONTROL_PLANE = "control-plane"
@@ -106,6 +106,66 @@ def parse_fault(text: str) -> Fault:
 
 
 @dataclass(frozen=True)
+class SpecChange:
+    """``STEP:PATH=VALUE`` (``--set``): before reconcile STEP the XR's PATH becomes VALUE."""
+
+    step: int
+    path: tuple[str, ...]
+    value: Any  # parsed as YAML; None removes the field
+
+    def apply(self, xr: dict[str, Any]) -> None:
+        """Change ``xr`` in place."""
+        node = xr
+        for key in self.path[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        if self.value is None:
+            node.pop(self.path[-1], None)
+        else:
+            node[self.path[-1]] = self.value
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"step": self.step, "path": ".".join(self.path), "value": self.value}
+
+
+_CHANGE = re.compile(r"^(?P<step>\d+):(?P<path>[A-Za-z][\w-]*(\.[A-Za-z][\w-]*)*)=(?P<value>.*)$")
+_MISSING_CHART = re.compile(r"^[a-z0-9][-a-z0-9.]*@v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+
+
+def parse_change(text: str) -> SpecChange:
+    """``STEP:PATH=VALUE``, e.g. ``16:spec.networking.amazonVPC.version=1.21.1``."""
+    import yaml  # noqa: PLC0415  # the CLI's; only parsing arguments needs it
+
+    m = _CHANGE.match(text.strip())
+    if not m or int(m.group("step")) < 1 or m.group("path").split(".")[0] not in {
+        "spec",
+        "metadata",
+    }:
+        msg = (
+            f"{text!r} is not STEP:PATH=VALUE with STEP at least 1 and PATH under spec or "
+            "metadata, e.g. 16:spec.networking.amazonVPC.version=1.21.1 (VALUE null removes it)"
+        )
+        raise SimulateError(msg)
+    try:
+        value = yaml.safe_load(m.group("value"))
+    except yaml.YAMLError as err:
+        msg = f"{text!r}: VALUE is not YAML ({err})"
+        raise SimulateError(msg) from None
+    return SpecChange(int(m.group("step")), tuple(m.group("path").split(".")), value)
+
+
+def parse_missing_chart(text: str) -> str:
+    """``CHART@VERSION`` (``--missing-chart``): the chart repository does not have it."""
+    if not _MISSING_CHART.match(text.strip()):
+        msg = f"{text!r} is not CHART@VERSION, e.g. aws-vpc-cni@1.99.0"
+        raise SimulateError(msg)
+    return text.strip()
+
+
+@dataclass(frozen=True)
 class Settings:
     """The schedule of one simulation."""
 
@@ -120,6 +180,11 @@ class Settings:
     all_steps: bool = False
     delete_cluster_at: int | None = None
     cluster_gone_after: int = 4
+    # Day two: changes of the XR at a reconcile (--set), chart versions the repository
+    # lacks (--missing-chart), and the seconds between two reconciles (the soak's clock).
+    changes: tuple[SpecChange, ...] = ()
+    missing_charts: tuple[str, ...] = ()
+    seconds_per_reconcile: int = 10
 
     @property
     def cluster_gone_at(self) -> int | None:
@@ -140,6 +205,9 @@ class Settings:
             "crossplaneV1": self.crossplane_v1,
             "deleteClusterAt": self.delete_cluster_at,
             "clusterGoneAt": self.cluster_gone_at,
+            "changes": [c.as_dict() for c in self.changes],
+            "missingCharts": list(self.missing_charts),
+            "secondsPerReconcile": self.seconds_per_reconcile,
         }
 
 
@@ -158,7 +226,7 @@ class StepRecord:
     deleted: list[str] = field(default_factory=list)
     became_ready: list[str] = field(default_factory=list)
     became_unready: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)  # desired bodies unlike the last reconcile's
+    changed: list[str] = field(default_factory=list)  # desired specs unlike the last reconcile's
     ready_count: int = 0
     desired_count: int = 0
     xr_ready: bool = False
@@ -167,6 +235,15 @@ class StepRecord:
     not_true: list[str] = field(default_factory=list)
     results: list[dict[str, str]] = field(default_factory=list)
     fatal: str | None = None
+    # Day two: the XR's status.upgrade, and per plugin with a Release its day-two fields
+    # (upgrade, version, targetVersion, lastHealthyVersion) as status.plugins[] says them.
+    upgrade: str = ""
+    charts: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a chart upgrade or rollback is under way (its soak included)."""
+        return self.upgrade in {"Upgrading", "RollingBack"}
 
     @property
     def cluster_deleting(self) -> bool:
@@ -183,6 +260,7 @@ class StepRecord:
             or self.became_unready
             or self.changed
             or self.results
+            or self.in_flight
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -203,6 +281,8 @@ class StepRecord:
             "waiting": self.waiting,
             "notTrue": self.not_true,
             "results": self.results,
+            "upgrade": self.upgrade,
+            "charts": self.charts,
         }
         if self.fatal is not None:
             d["fatal"] = self.fatal
@@ -322,11 +402,34 @@ class Simulation:
         judged = self.judged
         if judged is None or judged.fatal is not None:
             return []
-        bad = [c.partition(":")[0] for c in judged.not_true if not c.startswith("PluginsReady=")]
+        # ChartsHealthy is day two's, judged by _day_two_problems.
+        bad = [
+            c.partition(":")[0]
+            for c in judged.not_true
+            if not c.startswith(("PluginsReady=", f"{CHARTS_HEALTHY}="))
+        ]
+        out = self._day_two_problems(judged)
         if not bad:
-            return []
+            return out
         usable = f"the cluster is not usable at reconcile {judged.step}"
-        return [f"{usable}: {len(bad)} XR condition(s) not True: {', '.join(bad)}"]
+        return [f"{usable}: {len(bad)} XR condition(s) not True: {', '.join(bad)}", *out]
+
+    def _day_two_problems(self, judged: StepRecord) -> list[str]:
+        """A chart upgrade is over by the judged reconcile, and fails only where asked to."""
+        if judged.in_flight:
+            under_way = (
+                f"a chart upgrade was still under way at reconcile {judged.step} "
+                f"({judged.upgrade}): play more reconciles, or change the spec earlier"
+            )
+            return [under_way]
+        failed = sorted(
+            f"{plugin} ({f['upgrade']})"
+            for plugin, f in judged.charts.items()
+            if f.get("upgrade") in {"Failed", "RolledBack"}
+        )
+        if failed and not self.settings.missing_charts:
+            return [f"chart upgrades failed though no chart was missing: {', '.join(failed)}"]
+        return []
 
     def _usable_problems(self) -> list[str]:
         """With the cluster's deletion played: the XR was Ready, all True, just before it."""
@@ -453,6 +556,10 @@ class Simulation:
         }
 
 
+# status.plugins[] fields of day two (function/upgrade.py), in the order the summary says them.
+DAY_TWO_FIELDS = ("upgrade", "version", "targetVersion", "lastHealthyVersion")
+
+
 def _plugins(rsp: fnv1.RunFunctionResponse) -> list[dict[str, Any]]:
     status = resource.struct_to_dict(rsp.desired.composite.resource).get("status") or {}
     return [p for p in status.get("plugins") or [] if isinstance(p, dict)]
@@ -479,6 +586,8 @@ class Simulator:
             capabilities=not s.crossplane_v1,
             ready_delay=s.ready_delay,
             slow=dict(s.slow),
+            missing_charts=s.missing_charts,
+            seconds_per_reconcile=s.seconds_per_reconcile,
         )
         self.sim = Simulation(s, xr)
         self._ready: set[str] = set()
@@ -488,6 +597,9 @@ class Simulator:
 
     def _schedule(self, step: int) -> tuple[bool, bool]:
         s = self.settings
+        for change in s.changes:
+            if change.step == step:
+                change.apply(self.world.xr)
         available = step >= s.available_at and not any(
             f.node == CONTROL_PLANE and f.active(step) for f in s.faults
         )
@@ -529,9 +641,21 @@ class Simulator:
                     seen.append(wait)
         return waiting
 
+    def _record_charts(self, rsp: fnv1.RunFunctionResponse, out: StepRecord) -> None:
+        status = resource.struct_to_dict(rsp.desired.composite.resource).get("status") or {}
+        out.upgrade = str(status.get("upgrade") or "")
+        for p in _plugins(rsp):
+            fields = {k: str(p[k]) for k in DAY_TWO_FIELDS if p.get(k)}
+            if fields:
+                out.charts[str(p.get("name", ""))] = fields
+
     def _record_changes(self, n: int, rsp: fnv1.RunFunctionResponse, out: StepRecord) -> None:
         for name in sorted(rsp.desired.resources):
-            body = rsp.desired.resources[name].resource.SerializeToString(deterministic=True)
+            # The spec: what the provider acts on (the day-two record in a Release's
+            # annotations changes with each phase, its spec only with a move).
+            obj = rsp.desired.resources[name].resource
+            spec = obj.fields["spec"] if "spec" in obj.fields else None
+            body = spec.SerializeToString(deterministic=True) if spec is not None else b""
             before = self._bodies.get(name)
             if before is not None and before != body:
                 out.changed.append(name)
@@ -560,6 +684,7 @@ class Simulator:
             return out
         out.created, out.deleted = list(rec.created), list(rec.deleted)
         out.waiting = self._record_waits(rsp)
+        self._record_charts(rsp, out)
         out.not_true = [
             f"{c.type}={_CONDITION_STATUS.get(c.status, 'Unknown')} ({c.reason}): {c.message}"
             for c in rsp.conditions
@@ -641,7 +766,13 @@ class Simulator:
         )
         self._quiet_run = self._quiet_run + 1 if rec.quiet and done else 0
         pending = max(
-            [s.initialized_at, s.available_at, *(f.end for f in s.faults), s.cluster_gone_at or 0]
+            [
+                s.initialized_at,
+                s.available_at,
+                *(f.end for f in s.faults),
+                *(c.step for c in s.changes),
+                s.cluster_gone_at or 0,
+            ]
         )
         return self._quiet_run >= SETTLE_STEPS and rec.step >= pending
 
@@ -777,6 +908,7 @@ def summary_lines(sim: Simulation) -> list[str]:
             "played: --delete-cluster-at N plays it)"
         )
         lines.extend(f"  reconcile {step}: {name}" for step, name in sim.deletions)
+    lines.extend(day_two_lines(sim))
     final = sim.steps[-1] if sim.steps else None
     if s.delete_cluster_at is not None and final is not None and final.fatal is None:
         lines.extend(_not_true_lines(final, "the last played"))
@@ -791,6 +923,31 @@ def summary_lines(sim: Simulation) -> list[str]:
         lines.append(f"the plugins wait, after reconcile {sim.last_step}, for:")
         lines.extend(f"  {plugin}: {what}" for plugin, what in last_waits.items())
     return lines
+
+
+def day_two_lines(sim: Simulation) -> list[str]:
+    """Where each plugin's chart stood on day two, at every reconcile it changed."""
+    rows: list[str] = []
+    last: dict[str, dict[str, str]] = {}
+    for rec in sim.steps:
+        for plugin, fields in rec.charts.items():
+            if last.get(plugin) == fields:
+                continue
+            last[plugin] = fields
+            moving = f" -> {fields['targetVersion']}" if fields.get("targetVersion") else ""
+            healthy = fields.get("lastHealthyVersion")
+            since = f" (last healthy {healthy})" if healthy else ""
+            rows.append(
+                f"  reconcile {rec.step:>3}  {plugin}: {fields.get('upgrade') or 'installing'} "
+                f"{fields.get('version', '-')}{moving}{since}"
+            )
+    if not any(" -> " in r or "Failed" in r or "Rolled" in r for r in rows):
+        return []  # no upgrade was played: the installs alone say nothing new
+    changes = ", ".join(f"{c.step}:{'.'.join(c.path)}={c.value}" for c in sim.settings.changes)
+    head = "day two (status.plugins[]: upgrade phase, chart running -> moving to)"
+    if changes:
+        head += f"; spec changed at {changes}"
+    return [head, *rows]
 
 
 def _not_true_lines(rec: StepRecord, when: str) -> list[str]:

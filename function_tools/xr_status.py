@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from function import registry
+from function.upgrade import Phase
 
 
 class _Status(BaseModel):
@@ -50,6 +51,42 @@ class PluginEntry(_Status):
         description="What it waits for, e.g. irsa-oidc-provider ARN or AWSCluster.",
     )
     message: str | None = Field(default=None, description="Details for a person.")
+    version: str | None = Field(
+        default=None,
+        description=(
+            "The chart version its Release runs, as helm deployed it "
+            "(status.atProvider.version), e.g. 1.22.4."
+        ),
+    )
+    target_version: str | None = Field(
+        default=None,
+        alias="targetVersion",
+        description=(
+            "The chart version it moves to: while an upgrade (or a rollback) is under way, or "
+            "waits for its turn, its IAM or its dependencies."
+        ),
+    )
+    last_healthy_version: str | None = Field(
+        default=None,
+        alias="lastHealthyVersion",
+        description="The chart version that last ran healthy: where a rollback returns to.",
+    )
+    upgrade: Phase | None = Field(
+        default=None,
+        description=(
+            "Day two. Healthy: it runs the version it was given and ran through its soak. "
+            "Upgrading: a new version (or new values) was written and is not yet running or "
+            "soaking. Failed: the upgrade failed and is held (onFailure: Hold), no other chart "
+            "moves until a person acts. RollingBack: the upgrade failed and the last healthy "
+            "version is being written back. RolledBack: it runs the last healthy version again; "
+            "the failed one is not tried again until the spec changes."
+        ),
+    )
+    upgrade_since: str | None = Field(
+        default=None,
+        alias="upgradeSince",
+        description="When the upgrade phase began (Healthy: healthy since), RFC 3339.",
+    )
 
 
 def _role_arns() -> type[_Status]:
@@ -150,4 +187,11 @@ class ClusterPluginStatus(_Status):
     )
     plugins: list[PluginEntry] | None = Field(
         default=None, description="Each wanted add-on and where it stands."
+    )
+    upgrade: Phase | None = Field(
+        default=None,
+        description=(
+            "Day two, over every chart: Failed, RollingBack, Upgrading or RolledBack when any "
+            "plugin is (in that order), else Healthy. status.plugins[] says which and why."
+        ),
     )

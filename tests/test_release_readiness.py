@@ -91,10 +91,49 @@ def test_only_a_release_is_read_so() -> None:
     assert not _ready(UPGRADED, Readiness.CONDITION)
 
 
-def test_ready_true_is_ready_whatever_the_rest() -> None:
-    obj = _changed(generation=7, state="failed")
+def test_ready_true_for_the_current_generation_is_ready() -> None:
+    obj = _changed(state="failed")
     obj["status"]["conditions"][0].update(status="True", reason="Available")
     assert _ready(obj)
+    assert _ready(obj, Readiness.CONDITION)
+
+
+@pytest.mark.parametrize("readiness", [Readiness.RELEASE, Readiness.CONDITION])
+def test_a_stale_ready_true_is_not_ready(readiness: Readiness) -> None:
+    """Ready=True reported for generation 6 says nothing of the spec of generation 7.
+
+    The function changed the spec (an upgrade); until the provider has acted on it, its
+    Ready=True is the old revision's, and nothing gated on it may go ahead (argo-cd#29410).
+    """
+    obj = _changed(generation=7)
+    obj["status"]["conditions"][0].update(status="True", reason="Available")
+    assert not _ready(obj, readiness)
+
+
+def test_ready_true_with_another_chart_version_deployed_is_not_ready() -> None:
+    obj = copy.deepcopy(UPGRADED)
+    obj["status"]["conditions"][0].update(status="True", reason="Available")
+    obj["spec"] = {"forProvider": {"chart": {"version": "1.22.5"}}}
+    obj["status"]["atProvider"]["version"] = "1.22.4"
+    assert not _ready(obj)
+    obj["status"]["atProvider"]["version"] = "1.22.5"
+    assert _ready(obj)
+
+
+def test_without_a_generation_or_observed_generation_ready_true_is_taken_as_it_is() -> None:
+    """Nothing to compare: a provider built before crossplane-runtime stamped conditions."""
+    obj = _changed(observedGeneration=None)
+    obj["status"]["conditions"][0].update(status="True", reason="Available")
+    assert _ready(obj, Readiness.CONDITION)
+    del obj["metadata"]["generation"]
+    assert _ready(obj, Readiness.CONDITION)
+
+
+def test_ready_true_with_synced_false_is_not_ready() -> None:
+    """The provider failed to apply the current spec: what runs is not what was asked."""
+    obj = _changed(status="False", reason="ReconcileError")
+    obj["status"]["conditions"][0].update(status="True", reason="Available")
+    assert not _ready(obj, Readiness.CONDITION)
 
 
 def _play(steps: int = 40) -> Any:

@@ -170,7 +170,8 @@ RELEASE = Release(
 )
 
 
-def _policy_document(ctx: CallContext) -> str:
+def _policy_document(ctx: CallContext, _versions: tuple[str, ...]) -> str:
+    # The zones decide it, not the chart version.
     spec = ADDON.spec(ctx.spec)
     assert spec is not None  # noqa: S101  # plugin() only adds this node when set
     return external_dns_policy(tuple(spec.hosted_zone_ids), ctx.partition)

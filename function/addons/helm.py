@@ -57,6 +57,17 @@ def service_account(name: str, role_arn: str | None) -> dict[str, Any]:
     return sa
 
 
+# provider-helm stores waitTimeout as a Go duration ("10m" comes back "10m0s"): written in
+# its own form, the spec Crossplane applies equals what the provider keeps, and a wait: true
+# Release is not given a new generation by every apply.
+WAIT_TIMEOUT = "10m0s"
+
+
+def chart_version(ctx: CallContext, decl: Release, version: str | None) -> str:
+    """The chart version ``decl`` installs: the XR's ``version``, else the step input's."""
+    return version or decl.chart(ctx.step.charts).version
+
+
 def release(
     ctx: CallContext,
     decl: Release,
@@ -70,7 +81,7 @@ def release(
     chart_spec: dict[str, Any] = {
         "name": chart.name,
         "repository": chart.repository,
-        "version": version or chart.version,
+        "version": chart_version(ctx, decl, version),
     }
     if chart.pull_secret_ref:
         chart_spec["pullSecretRef"] = ctx.flavour.local_secret_ref(
@@ -85,7 +96,7 @@ def release(
         # Readiness then means the workloads are up, not just "helm says deployed":
         # later stages (webhooks, CRD consumers) depend on them serving.
         for_provider["wait"] = True
-        for_provider["waitTimeout"] = "10m"
+        for_provider["waitTimeout"] = WAIT_TIMEOUT
     return ctx.flavour.release(
         {"forProvider": for_provider, "rollbackLimit": 3}, release_name=decl.name
     )

@@ -12,9 +12,11 @@ ServiceAccount then carries no role annotation.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
-from function.addons import ccm, cni, irsa, pod_identity, security_groups
+from function import structs
+from function.addons import ccm, cni, helm, irsa, pod_identity, security_groups
 from function.graph import (
     Addon,
     CallContext,
@@ -146,7 +148,7 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
         return ctx.flavour.managed(
             "Policy",
             {
-                "policy": custom.document(ctx),
+                "policy": custom.document(ctx, chart_versions(ctx, addon)),
                 "path": IAM_PATH,
                 "description": custom.description,
                 "tags": tags(ctx, role.iam_name),
@@ -155,6 +157,49 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
         )
 
     return (Node(custom.node, policy, (irsa.oidc_ready,)), *nodes)
+
+
+def chart_versions(ctx: CallContext, addon: Addon) -> tuple[str, ...]:
+    """The chart versions of ``addon``'s release whose permissions its policy grants now.
+
+    While an upgrade is wanted or under way, the old and the new (function/upgrade.py);
+    otherwise the version the release installs.
+    """
+    release = addon.release
+    assert release is not None  # noqa: S101  # only for add-ons with a release
+    decided = ctx.chart_versions.get(release.node)
+    if decided:
+        return decided
+    spec = addon.spec(ctx.spec)
+    return (helm.chart_version(ctx, release, spec.version if spec is not None else None),)
+
+
+@functools.cache
+def covers(addon: Addon) -> Callable[[CallContext, tuple[str, ...]], Wait | None]:
+    """Whether ``addon``'s versioned policy grants what the given chart versions need, ready.
+
+    An upgrade of its release waits for it: a new controller started before its new
+    permissions are in place fails its new calls (expand, then contract).
+    """
+    role = addon.role
+    assert role is not None and role.policy is not None  # noqa: S101  # versioned policies
+    custom = role.policy
+
+    def check(ctx: CallContext, versions: tuple[str, ...]) -> Wait | None:
+        obj = ctx.observed.get(custom.node)
+        if obj is None:
+            return None  # not composed (IRSA Disabled): nothing to wait for
+        want = custom.document(ctx, versions)
+        have = structs.str_at(obj, "spec", "forProvider", "policy")
+        if have == want and ctx.observed.ready(custom.node):
+            return None
+        return Wait(
+            f"{custom.node} Ready",
+            f"{custom.node} grants the permissions of {' and '.join(versions)} first",
+            reason="IAM before chart",
+        )
+
+    return check
 
 
 def role_usages(role: Role, release: str) -> tuple[Usage, ...]:

@@ -38,7 +38,7 @@ RELEASE = Release(
 )
 
 
-def _policy_document(ctx: CallContext) -> str:
+def _policy_document(ctx: CallContext, _versions: tuple[str, ...]) -> str:
     return lbc_policy(ctx.partition)
 
 

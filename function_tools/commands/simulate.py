@@ -87,6 +87,30 @@ from function_tools import options
     metavar="K",
     help="With --delete-cluster-at: reconciles until the deleted cluster is no longer found.",
 )
+@click.option(
+    "--set",
+    "changes",
+    multiple=True,
+    metavar="STEP:PATH=VALUE",
+    help="Before reconcile STEP, set the XR's PATH to VALUE (YAML; null removes it), e.g. "
+    "16:spec.networking.amazonVPC.version=1.21.1: a day-two upgrade. Repeatable.",
+)
+@click.option(
+    "--missing-chart",
+    "missing_charts",
+    multiple=True,
+    metavar="CHART@VERSION",
+    help="The chart repository does not have this chart version: provider-helm fails to "
+    "install or upgrade it (e.g. aws-vpc-cni@1.99.0). Repeatable.",
+)
+@click.option(
+    "--seconds-per-reconcile",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="The world's clock: seconds between two reconciles (an upgrade's soak and "
+    "progress deadline are counted in it).",
+)
 @options.crossplane_v1_option
 @options.output_option(
     ["text", "json"], "text", "A live view and timeline table, or one JSON document."
@@ -107,6 +131,9 @@ def simulate_cmd(
     delay: float | None,
     delete_cluster_at: int | None,
     cluster_gone_after: int,
+    changes: tuple[str, ...],
+    missing_charts: tuple[str, ...],
+    seconds_per_reconcile: int,
     crossplane_v1: bool,
     output: str,
 ) -> None:
@@ -140,6 +167,9 @@ def simulate_cmd(
             all_steps=all_steps,
             delete_cluster_at=delete_cluster_at,
             cluster_gone_after=cluster_gone_after,
+            changes=tuple(simulate.parse_change(c) for c in changes),
+            missing_charts=tuple(simulate.parse_missing_chart(m) for m in missing_charts),
+            seconds_per_reconcile=seconds_per_reconcile,
         )
     except (input_files.InputFileError, simulate.SimulateError) as err:
         raise options.InputError(str(err)) from None

@@ -1,0 +1,741 @@
+"""Day two of one cluster: a Release moves to a new spec only when it may.
+
+Each move is proven healthy or rolled back, and its IAM moves with it (expand, then contract).
+
+See docs/architecture.md, "Day two: upgrades". Per observed Release of a wanted plugin,
+call by call:
+
+- **What runs.** The Release's spec (``spec.forProvider``: chart and values) is what the
+  function wrote last; ``status.atProvider.version`` the chart helm deployed. It runs its
+  spec when it is ready for its current generation with that chart deployed
+  (``graph.release_ready``): a Ready=True of the revision before is stale.
+- **A move** is a change of the spec the add-on's declaration now builds (a new chart
+  version, new values, a new fact such as the control plane's minor). Moves are serialized
+  per XR: one starts only while no other Release is in flight (Upgrading or RollingBack,
+  soak included), never while the cluster goes away, never while a failed upgrade is held,
+  only once the node's gates hold (what it depends on runs its own spec) and only once its
+  IAM covers the new chart version. The Releases others depend on go first
+  (``registry.UPGRADE_ORDER``). Until then the Release keeps the spec it has.
+- **The health gate.** A move is Healthy once the Release runs the new spec and has done so
+  for ``spec.upgradePolicy.soakSeconds``; it has Failed when helm left the release failed,
+  or when it does not run the new spec within ``progressDeadlineSeconds``.
+- **The way back.** On a failure with ``onFailure: Rollback`` the Release gets back the last
+  spec that ran healthy (chart and values), and is RolledBack once that runs again; with
+  ``Hold`` it keeps the failed spec (Failed) and no other Release moves until a person acts.
+  Either way the failed spec is not tried again until the spec the function builds changes
+  (a new version or values), or the XR's ``clusterplugin.dev/retry-upgrade`` annotation does.
+- **IAM as one unit.** An add-on whose policy depends on its chart version grants, while a
+  move is wanted or under way, the union of the last healthy version's and the target's
+  (``chart_versions``); the Release moves only once the policy holding that union is ready
+  for its current generation; the policy narrows to the new version's once the move is
+  Healthy, and, on the way back, to the old one's only once the rollback runs.
+
+The memory of a move lives on the Release itself, in two annotations Crossplane applies with
+the spec it belongs to (so a reconcile that wrote the spec wrote the record too): the record
+(``clusterplugin.dev/upgrade``) and, while it differs from the spec, the last healthy spec
+(``clusterplugin.dev/last-healthy``). ``status.plugins[]`` reports what they say. The clock is
+the call's ``now`` (``CallContext.now``): the plan stays a pure function of the request and it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from google.protobuf import struct_pb2
+
+from function import structs
+from function.graph import CallContext, MissingFactError, Node, Plugin, Readiness, Wait
+
+# Whether an add-on's IAM grants what some chart versions of its release need (registry.IAM_CHECKS).
+IAMCheck = Callable[[CallContext, tuple[str, ...]], Wait | None]
+
+RECORD_ANNOTATION = "clusterplugin.dev/upgrade"
+LAST_HEALTHY_ANNOTATION = "clusterplugin.dev/last-healthy"
+# On the XR: a new value lets a failed spec be tried again as it is.
+RETRY_ANNOTATION = "clusterplugin.dev/retry-upgrade"
+
+
+class Phase(StrEnum):
+    """Where a Release stands on day two (``status.plugins[].upgrade``)."""
+
+    HEALTHY = "Healthy"
+    UPGRADING = "Upgrading"
+    FAILED = "Failed"
+    ROLLING_BACK = "RollingBack"
+    ROLLED_BACK = "RolledBack"
+
+
+# A move in flight: no other Release moves meanwhile.
+IN_FLIGHT = frozenset({Phase.UPGRADING, Phase.ROLLING_BACK})
+# What the XR's summary says when Releases stand differently: the first that any does.
+SUMMARY_ORDER = (Phase.FAILED, Phase.ROLLING_BACK, Phase.UPGRADING, Phase.ROLLED_BACK)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A spec that failed: not tried again until the function builds another, or a retry."""
+
+    version: str
+    target: str  # digest of the failed spec.forProvider
+    message: str
+    retry: str = ""  # the XR's RETRY_ANNOTATION when it failed
+
+
+@dataclass(frozen=True)
+class Record:
+    """``clusterplugin.dev/upgrade`` on a Release."""
+
+    phase: Phase
+    since: str  # RFC 3339: when the phase began (Healthy: healthy since)
+    version: str = ""  # the chart version moved to (in flight), or running (steady)
+    target: str = ""  # digest of the spec.forProvider moved to
+    # In flight: since when the Release has run the target (the soak's start).
+    running_since: str = ""
+    failed: Failure | None = None
+
+    def as_json(self) -> str:
+        """The annotation's value: compact JSON, empty fields left out."""
+        out: dict[str, Any] = {"phase": str(self.phase), "since": self.since}
+        for key, value in (
+            ("version", self.version),
+            ("target", self.target),
+            ("runningSince", self.running_since),
+        ):
+            if value:
+                out[key] = value
+        if self.failed is not None:
+            failed = {
+                "version": self.failed.version,
+                "target": self.failed.target,
+                "message": self.failed.message,
+            }
+            if self.failed.retry:
+                failed["retry"] = self.failed.retry
+            out["failed"] = failed
+        return json.dumps(out, separators=(",", ":"), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_record(text: str) -> Record | None:
+    """The record an annotation holds; None for anything else (someone's edit)."""
+    try:
+        raw = json.loads(text)
+        failed = raw.get("failed")
+        return Record(
+            phase=Phase(raw["phase"]),
+            since=str(raw["since"]),
+            version=str(raw.get("version", "")),
+            target=str(raw.get("target", "")),
+            running_since=str(raw.get("runningSince", "")),
+            failed=None
+            if not failed
+            else Failure(
+                str(failed["version"]),
+                str(failed["target"]),
+                str(failed.get("message", "")),
+                str(failed.get("retry", "")),
+            ),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _record_json(record: Record) -> str:
+    return record.as_json()
+
+
+def rfc3339(seconds: float) -> str:
+    """``seconds`` since the epoch as Kubernetes writes times."""
+    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def digest(for_provider: struct_pb2.Struct) -> str:
+    """A Release spec's identity: what a failed or an in-flight spec is known by."""
+    data = for_provider.SerializeToString(deterministic=True)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """``spec.upgradePolicy``, as the planner reads it."""
+
+    soak_seconds: int
+    progress_deadline_seconds: int
+    rollback: bool  # onFailure: Rollback (else Hold)
+
+
+@dataclass
+class Decision:
+    """What one call does with one observed Release."""
+
+    node: str
+    # The Release to emit, the chosen spec.forProvider and the record in it; None: the
+    # function could not build it (a fact missing) and the planner carries it over.
+    body: struct_pb2.Struct | None
+    record: Record | None
+    running: str | None  # the chart version helm deployed (status.atProvider.version)
+    target_version: str | None  # while in flight or waiting: the version moved to
+    last_healthy_version: str | None
+    wait: Wait | None = None  # why a wanted move waits (a gate, IAM, another Release)
+    message: str = ""  # for status.plugins[].message
+    # The chart versions whose permissions the add-on's IAM must grant in this call.
+    versions: tuple[str, ...] = ()
+    # Seconds until the soak or the deadline of a move in flight ends (when to call again).
+    due_in: float | None = None
+    # A new spec.forProvider is written in this call (a move starts, or a rollback).
+    moved: bool = False
+
+    @property
+    def phase(self) -> Phase | None:
+        """The Release's day-two phase, None before it first ran healthy."""
+        return None if self.record is None else self.record.phase
+
+
+@dataclass
+class Upgrades:
+    """Every decision of one call, and what follows for the XR."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def versions(self, node: str) -> tuple[str, ...]:
+        """The chart versions ``node``'s IAM must grant now (empty: not decided)."""
+        decision = self.decisions.get(node)
+        return () if decision is None else decision.versions
+
+    @property
+    def summary(self) -> Phase | None:
+        """The XR's day-two phase: the first of SUMMARY_ORDER any Release is in, else Healthy."""
+        phases = {d.phase for d in self.decisions.values() if d.phase is not None}
+        if not phases:
+            return None
+        return next((p for p in SUMMARY_ORDER if p in phases), Phase.HEALTHY)
+
+    @property
+    def moving(self) -> frozenset[str]:
+        """The Releases given a new spec in this call."""
+        return frozenset(n for n, d in self.decisions.items() if d.moved)
+
+    @property
+    def due_in(self) -> float | None:
+        """The soonest a soak or a deadline ends."""
+        due = [d.due_in for d in self.decisions.values() if d.due_in is not None]
+        return min(due) if due else None
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """What one call reads of an observed Release."""
+
+    obj: struct_pb2.Struct
+    for_provider: struct_pb2.Struct
+    record: Record | None
+    runs_spec: bool  # graph.release_ready: it runs the spec it holds
+    running: str | None  # status.atProvider.version
+    failed: bool  # helm left the release failed
+    problem: str  # the provider's Synced=False message, if any
+
+
+class _Release(NamedTuple):
+    """One observed Release of this call: its node, the body built now, what is observed."""
+
+    node: Node
+    desired: struct_pb2.Struct
+    seen: _Observed
+    iam: IAMCheck | None  # whether its add-on's IAM covers chart versions (or None)
+
+
+def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
+    text = structs.str_at(obj, "metadata", "annotations", RECORD_ANNOTATION)
+    fp = structs.struct_at(obj, "spec", "forProvider") or struct_pb2.Struct()
+    problem = ""
+    if not runs_spec:
+        for cond in structs.structs_at(obj, "status", "conditions"):
+            if (
+                structs.str_at(cond, "type") == "Synced"
+                and structs.str_at(cond, "status") == "False"
+            ):
+                problem = structs.str_at(cond, "message") or structs.str_at(cond, "reason") or ""
+    return _Observed(
+        obj=obj,
+        for_provider=fp,
+        record=parse_record(text) if text else None,
+        runs_spec=runs_spec,
+        running=structs.str_at(obj, "status", "atProvider", "version"),
+        failed=structs.str_at(obj, "status", "atProvider", "state") == "failed",
+        problem=problem,
+    )
+
+
+def _for_provider(body: struct_pb2.Struct) -> struct_pb2.Struct:
+    return body.fields["spec"].struct_value.fields["forProvider"].struct_value
+
+
+def _holds(observed: struct_pb2.Struct, desired: struct_pb2.Struct) -> bool:
+    """Whether the observed spec.forProvider holds every field the desired one sets, equal.
+
+    Fields only the observed one has are the API server's defaults (maxHistory) or the
+    provider's late initialization: not a difference.
+    """
+    have = observed.fields
+    return all(k in have and have[k] == v for k, v in desired.fields.items())
+
+
+# What makes provider-helm run a helm upgrade (its isUpToDate): the chart, the values, the
+# patches; the namespace makes it another release. A change of anything else (wait,
+# waitTimeout, maxHistory) is applied as it comes: helm runs nothing, there is nothing to soak.
+HELM_FIELDS = ("chart", "namespace", "values", "valuesFrom", "set", "patchesFrom")
+
+
+def _helm_holds(observed: struct_pb2.Struct, desired: struct_pb2.Struct) -> bool:
+    """Whether what helm installs is the same (``_holds`` on HELM_FIELDS alone)."""
+    have, want = observed.fields, desired.fields
+    return all(
+        (k in have and have[k] == want[k]) if k in want else k not in have for k in HELM_FIELDS
+    )
+
+
+def _chart_version(for_provider: struct_pb2.Struct) -> str:
+    return structs.str_at(for_provider, "chart", "version") or ""
+
+
+def _last_healthy(obj: struct_pb2.Struct) -> struct_pb2.Struct | None:
+    text = structs.str_at(obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    out = struct_pb2.Struct()
+    structs.fill(out, raw)
+    return out
+
+
+def _to_json(for_provider: struct_pb2.Struct) -> str:
+    return json.dumps(
+        structs.to_python(struct_pb2.Value(struct_value=for_provider)),
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def _emit(
+    desired: struct_pb2.Struct,
+    for_provider: struct_pb2.Struct,
+    record: Record | None,
+    last_healthy: str | None,
+) -> struct_pb2.Struct:
+    """The Release to emit: the desired one with ``for_provider`` and the memory annotations."""
+    out = struct_pb2.Struct()
+    out.CopyFrom(desired)
+    spec = out.fields["spec"].struct_value
+    if for_provider is not _for_provider(desired):
+        spec.fields["forProvider"].struct_value.Clear()
+        spec.fields["forProvider"].struct_value.CopyFrom(for_provider)
+    annotations = out.fields["metadata"].struct_value.fields["annotations"].struct_value
+    if record is not None:
+        annotations.fields[RECORD_ANNOTATION].string_value = _record_json(record)
+    if last_healthy:
+        annotations.fields[LAST_HEALTHY_ANNOTATION].string_value = last_healthy
+    return out
+
+
+@dataclass
+class _Call:
+    """What every Release's decision in one call shares."""
+
+    ctx: CallContext
+    policy: Policy
+    now: float
+    retry: str  # the XR's RETRY_ANNOTATION
+    may_move: Wait | None  # why no move may start in this call at all (cluster going away)
+    in_flight: str = ""  # the Release in flight (at the start, or started in this call)
+    held: str = ""  # a Release whose failed spec is held
+
+
+def _failure(call: _Call, version: str, target: str, seen: _Observed) -> Failure:
+    if seen.failed:
+        why = f"helm left the release failed: {seen.problem or 'no message'}"
+    else:
+        why = (
+            f"not running within the progress deadline of {call.policy.progress_deadline_seconds}s"
+        )
+        if seen.problem:
+            why += f": {seen.problem}"
+    return Failure(version, target, why, call.retry)
+
+
+def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
+    """A Release moving (Upgrading) or moving back (RollingBack) to the spec it holds."""
+    node, desired, seen = release.node, release.desired, release.seen
+    now, policy = call.now, call.policy
+    fp = seen.for_provider
+    version = _chart_version(fp)
+    last_healthy = structs.str_at(seen.obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
+    lh = _last_healthy(seen.obj)
+    lh_version = _chart_version(lh) if lh is not None else version
+    failed_version = record.failed.version if record.failed is not None else ""
+    wanted_versions = tuple(
+        v for v in dict.fromkeys((lh_version, version, record.version, failed_version)) if v
+    )
+    started = _seconds(record.since)
+    if seen.runs_spec:
+        running_since = record.running_since or rfc3339(now)
+        soaked_at = _seconds(running_since) + policy.soak_seconds
+        if now >= soaked_at:
+            if record.phase is Phase.UPGRADING:
+                settled = Record(Phase.HEALTHY, rfc3339(now), version, record.target)
+            else:
+                settled = Record(
+                    Phase.ROLLED_BACK, rfc3339(now), version, record.target, failed=record.failed
+                )
+            # Healthy: this spec is the last healthy one; the IAM narrows to its version.
+            return Decision(
+                node.name,
+                _emit(desired, fp, settled, None),
+                settled,
+                seen.running,
+                None,
+                version,
+                message=_settled_message(settled),
+                versions=(version,),
+            )
+        soaking = Record(
+            record.phase,
+            record.since,
+            record.version,
+            record.target,
+            running_since,
+            record.failed,
+        )
+        return Decision(
+            node.name,
+            _emit(desired, fp, soaking, last_healthy),
+            soaking,
+            seen.running,
+            version,
+            lh_version,
+            message=f"{node.name}: {_moving(record, lh_version)} runs; soaking for "
+            f"{policy.soak_seconds}s (until {rfc3339(soaked_at)})",
+            versions=wanted_versions,
+            due_in=soaked_at - now,
+        )
+    deadline = started + policy.progress_deadline_seconds
+    if seen.failed or now >= deadline:
+        failure = _failure(call, record.version, record.target, seen)
+        if record.phase is Phase.UPGRADING and policy.rollback and lh is not None:
+            back = Record(Phase.ROLLING_BACK, rfc3339(now), lh_version, digest(lh), failed=failure)
+            return Decision(
+                node.name,
+                _emit(desired, lh, back, last_healthy),
+                back,
+                seen.running,
+                lh_version,
+                lh_version,
+                message=f"{node.name}: {version} failed ({failure.message}); rolling back to "
+                f"{lh_version}",
+                moved=True,
+                # The chart first, then the policy: the failed version's permissions stay
+                # until the rollback runs.
+                versions=wanted_versions,
+                due_in=policy.progress_deadline_seconds,
+            )
+        if record.phase is Phase.ROLLING_BACK and record.failed is not None:
+            failure = Failure(
+                record.failed.version,
+                record.failed.target,
+                f"{record.failed.message}; the rollback to {record.version} did not run "
+                f"either: {failure.message}",
+                call.retry,
+            )
+        held = Record(Phase.FAILED, rfc3339(now), record.version, record.target, failed=failure)
+        call.held = node.name
+        return Decision(
+            node.name,
+            _emit(desired, fp, held, last_healthy),
+            held,
+            seen.running,
+            record.version,
+            lh_version,
+            message=_settled_message(held, lh_version),
+            versions=wanted_versions,
+        )
+    detail = f": {seen.problem}" if seen.problem else ""
+    waiting = Record(record.phase, record.since, record.version, record.target, "", record.failed)
+    return Decision(
+        node.name,
+        _emit(desired, fp, waiting, last_healthy),
+        waiting,
+        seen.running,
+        record.version,
+        lh_version,
+        message=f"{node.name}: {_moving(record, lh_version)} not running yet{detail} "
+        f"(deadline {rfc3339(deadline)})",
+        versions=wanted_versions,
+        due_in=deadline - now,
+    )
+
+
+def _change(from_version: str, to_version: str) -> str:
+    """A move, as a person reads it: new values alone keep the version."""
+    if from_version == to_version:
+        return f"{to_version} with new values"
+    return f"{from_version} -> {to_version}"
+
+
+def _moving(record: Record, from_version: str) -> str:
+    verb = "upgrade" if record.phase is Phase.UPGRADING else "rollback"
+    return f"{verb} {_change(from_version, record.version)}"
+
+
+def _settled_message(record: Record, last_healthy: str = "") -> str:
+    failed = record.failed
+    if failed is None:
+        return ""
+    retry = (
+        "set another version or values to try again, or annotate the ClusterPlugin "
+        f"{RETRY_ANNOTATION}=<anything new> to retry it as it is"
+    )
+    if record.phase is Phase.FAILED:
+        since = f" (last healthy: {last_healthy})" if last_healthy else ""
+        return (
+            f"upgrade to {failed.version} failed: {failed.message}; held there "
+            f"(onFailure: Hold){since}: no other chart moves until a person acts: {retry}"
+        )
+    if record.phase is Phase.ROLLED_BACK:
+        return (
+            f"upgrade to {failed.version} failed: {failed.message}; rolled back to "
+            f"{record.version}: {retry}"
+        )
+    return ""
+
+
+def _retried(call: _Call, failed: Failure | None, target: str) -> bool:
+    """Whether the spec the function builds now may be tried (not the failed one, or a retry)."""
+    return failed is None or failed.target != target or failed.retry != call.retry
+
+
+def _gates_wait(ctx: CallContext, node: Node) -> Wait | None:
+    for gate in node.gates:
+        wait = gate(ctx)
+        if wait is not None:
+            return wait
+    return None
+
+
+def _steady(call: _Call, release: _Release, record: Record) -> Decision:
+    """A Release not in flight: keep its spec, or start moving to the one built now."""
+    node, desired, seen, iam = release
+    fp = seen.for_provider
+    version = _chart_version(fp)
+    want = _for_provider(desired)
+    if _holds(fp, want):
+        return Decision(
+            node.name,
+            _emit(desired, fp, record, None),
+            record,
+            seen.running,
+            None,
+            version if record.phase is not Phase.FAILED else _lh_version(seen, version),
+            message=_settled_message(record, _lh_version(seen, version)),
+            versions=_steady_versions(seen, record, version),
+        )
+    if _helm_holds(fp, want) and record.phase is not Phase.FAILED:
+        # Nothing helm installs changes (e.g. waitTimeout's form): applied at once, as is.
+        return Decision(
+            node.name,
+            _emit(desired, want, record, None),
+            record,
+            seen.running,
+            None,
+            version,
+            message=_settled_message(record, version),
+            versions=(version,),
+            moved=True,
+        )
+    target = digest(want)
+    to = _chart_version(want)
+    keep_lh = record.phase is Phase.FAILED  # the failed spec is not a healthy one
+    last_healthy = (
+        structs.str_at(seen.obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
+        if keep_lh
+        else None
+    )
+    lh_version = _lh_version(seen, version) if keep_lh else version
+    if not _retried(call, record.failed, target):
+        return Decision(
+            node.name,
+            _emit(desired, fp, record, last_healthy),
+            record,
+            seen.running,
+            None,
+            lh_version,
+            message=_settled_message(record, lh_version),
+            versions=_steady_versions(seen, record, version),
+        )
+    wait = call.may_move
+    if wait is None and call.held and call.held != node.name:
+        wait = Wait(
+            f"{call.held} held",
+            f"the upgrade of {call.held} failed and is held (onFailure: Hold): no other "
+            "chart moves until a person acts",
+            reason="upgrade held",
+        )
+    versions = tuple(dict.fromkeys((lh_version, version, to)))
+    if wait is None and iam is not None:
+        wait = iam(call.ctx, versions)
+    if wait is None and call.in_flight:
+        wait = Wait(
+            f"{call.in_flight} upgrade",
+            f"charts move one at a time: waiting for {call.in_flight}",
+            reason="another upgrade",
+        )
+    if wait is None:
+        wait = _gates_wait(call.ctx, node)
+    if wait is not None:
+        return Decision(
+            node.name,
+            _emit(desired, fp, record, last_healthy),
+            record,
+            seen.running,
+            to,
+            lh_version,
+            wait=wait,
+            message=f"{node.name}: upgrade {_change(version, to)} waits: "
+            f"{wait.message or wait.waiting_for}",
+            versions=versions,
+        )
+    call.in_flight = node.name
+    moving = Record(Phase.UPGRADING, rfc3339(call.now), to, target)
+    # What ran healthy before, to come back to: the spec it holds (unless that failed).
+    lh_json = last_healthy or _to_json(fp)
+    return Decision(
+        node.name,
+        _emit(desired, want, moving, lh_json),
+        moving,
+        seen.running,
+        to,
+        lh_version,
+        message=f"{node.name}: upgrade {_change(version, to)} started",
+        versions=versions,
+        due_in=call.policy.progress_deadline_seconds,
+        moved=True,
+    )
+
+
+def _lh_version(seen: _Observed, default: str) -> str:
+    lh = _last_healthy(seen.obj)
+    return _chart_version(lh) if lh is not None else default
+
+
+def _steady_versions(seen: _Observed, record: Record, version: str) -> tuple[str, ...]:
+    if record.phase is Phase.FAILED:
+        # Held on the failed version: both its permissions and the last healthy one's.
+        return tuple(dict.fromkeys((_lh_version(seen, version), version)))
+    return (version,)
+
+
+def decide(
+    ctx: CallContext,
+    plugins: Iterable[Plugin],
+    *,
+    order: dict[str, int],
+    policy: Policy,
+    retry: str,
+    may_move: Wait | None,
+    iam: dict[str, IAMCheck],
+) -> Upgrades:
+    """The day-two decision for every observed Release of the wanted plugins.
+
+    ``order``: the Releases' upgrade order (lower first; ``registry.UPGRADE_ORDER``);
+    ``iam``: per Release node, the check that its IAM covers a set of chart versions.
+    """
+    out = Upgrades()
+    call = _Call(ctx, policy, ctx.now, retry, may_move)
+    releases: list[_Release] = []
+    for plugin in plugins:
+        for node in plugin.nodes:
+            if node.readiness is not Readiness.RELEASE:
+                continue
+            obj = ctx.observed.get(node.name)
+            if obj is None:
+                continue
+            try:
+                body = node.build(ctx)
+            except MissingFactError:
+                continue  # the planner carries it over as it is
+            desired = struct_pb2.Struct()
+            structs.fill(desired, body)
+            seen = _read(obj, runs_spec=ctx.observed.ready(node.name, node.readiness))
+            releases.append(_Release(node, desired, seen, iam.get(node.name)))
+            record = seen.record
+            if record is not None and record.phase in IN_FLIGHT:
+                call.in_flight = call.in_flight or node.name
+            elif record is not None and record.phase is Phase.FAILED:
+                call.held = call.held or node.name
+    releases.sort(key=lambda r: order.get(r.node.name, len(order)))
+    # In flight first: a move settling in this call frees the way for the next one.
+    releases.sort(key=lambda r: r.seen.record is None or r.seen.record.phase not in IN_FLIGHT)
+    for release in releases:
+        out.decisions[release.node.name] = _decide_one(call, release)
+    return out
+
+
+def _decide_one(call: _Call, release: _Release) -> Decision:
+    node, desired, seen, _ = release
+    record = seen.record
+    if record is not None and record.phase in IN_FLIGHT:
+        decision = _in_flight(call, release, record)
+        if decision.phase not in IN_FLIGHT and call.in_flight == node.name:
+            call.in_flight = ""  # settled: the next move may start in this call
+        if decision.phase is not Phase.FAILED and call.held == node.name:
+            call.held = ""
+        return decision
+    if record is None:
+        fp = seen.for_provider
+        if not seen.runs_spec:
+            # Installing (never healthy yet): the spec the function builds, as on day one.
+            detail = f"{node.name}: {seen.problem}" if seen.problem else ""
+            return Decision(
+                node.name,
+                _emit(desired, _for_provider(desired), None, None),
+                None,
+                seen.running,
+                None,
+                None,
+                message=detail,
+                versions=tuple(
+                    dict.fromkeys((_chart_version(fp), _chart_version(_for_provider(desired))))
+                ),
+            )
+        # Healthy since the provider said Ready (its condition's lastTransitionTime), so the
+        # record does not depend on when it is first written.
+        since = _ready_since(seen.obj) or rfc3339(call.now)
+        record = Record(Phase.HEALTHY, since, _chart_version(fp), digest(fp))
+    return _steady(call, release, record)
+
+
+def _ready_since(obj: struct_pb2.Struct) -> str | None:
+    for cond in structs.structs_at(obj, "status", "conditions"):
+        if structs.str_at(cond, "type") == "Ready" and structs.str_at(cond, "status") == "True":
+            return structs.str_at(cond, "lastTransitionTime")
+    return None
