@@ -32,7 +32,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 # exits non-zero unless all of it holds (tests/test_simulate.py runs this command line).
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
-		--required examples/selfhosted-full/required --delete-cluster-at 14
+		--required examples/selfhosted-full/required --delete-cluster-at 24 --steps 80
 	@echo "That CLI is $(DEMO_VENV)/bin/function-cluster-plugin (the runtime alone);" \
 		"make test installs it with the aws extra and the dev tools into $(BIN)/."
 

@@ -164,7 +164,7 @@ def test_an_unknown_minor_uses_the_charts_default_tag_and_says_so() -> None:
 
     # Pinned by the user: used as given, and nothing more to say.
     world.xr["spec"]["cloudProvider"]["aws"]["values"] = {"image": {"tag": "v1.38.0"}}
-    world.run(2)
+    world.run(12)  # an upgrade with new values: written, run, soaked
     assert _release_values(world)["image"] == {"tag": "v1.38.0"}
     plugin = next(p for p in world.xr["status"]["plugins"] if p["name"] == ccm.ADDON.name)
     assert "message" not in plugin

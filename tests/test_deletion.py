@@ -79,7 +79,7 @@ def _started_again(world: InMemoryCrossplane, last: list[str]) -> Reconcile:
 
 def _ready_world(scenario: Scenario) -> InMemoryCrossplane:
     world = scenario.world(staged=False)
-    world.run(20)
+    world.run(30)  # Ready, and the VPC CNI's IRSA restart soaked
     assert world.xr_ready, scenario.name
     return world
 
@@ -199,21 +199,21 @@ def test_a_deletion_settles_in_few_reconciles() -> None:
         sim = simulate.Simulator(
             *example(scenario.example) if scenario.mutate_xr is None else _mutated(scenario),
             settings=simulate.Settings(
-                steps=60, delete_cluster_at=14, crossplane_v1=scenario.crossplane_v1
+                steps=70, delete_cluster_at=24, crossplane_v1=scenario.crossplane_v1
             ),
         ).run()
         assert sim.ok, sim.problems()
-        assert sim.deletion_recorded_at == (15 if scenario.crossplane_v1 else 14)
+        assert sim.deletion_recorded_at == (25 if scenario.crossplane_v1 else 24)
         assert sim.orphaned_at == sim.deletion_recorded_at + 1
         drops = {step for step, _ in sim.deletions}
-        # Gone from 18: seen gone at 18, confirmed at 19, withdrawn from 19 in the full
-        # example's eleven layers: users (gone from the API server three reconciles after
-        # their deletion), their Usages (held one more by their finalizers), what they used.
-        # 19 the Releases and what no Usage names a user of, 23 their Usages, 25 the add-ons'
-        # role attachments, cert-manager and the bucket, 29 their Usages, 31 the CNI and the
-        # add-ons' roles, 35 their Usages, 37 the CNI's attachment, 41 its Usage, 43 its role,
-        # 47 its Usage of the OIDC provider, 49 the provider.
-        assert drops == {19, 23, 25, 29, 31, 35, 37, 41, 43, 47, 49}
+        # Deleted at 24 (Ready at 12, the VPC CNI's IRSA restart soaked by 17). Gone from 28:
+        # seen gone at 28, confirmed at 29, withdrawn from 29 in the full example's nine
+        # layers: users (gone from the API server three reconciles after their deletion), their
+        # Usages (held one more by their finalizers), what they used. 29 the Releases and what
+        # no Usage names a user of, 33 their Usages, 35 the roles, cert-manager and the bucket,
+        # 39 their Usages, 41 the CNI, 45 its Usage, 47 its role, 51 its Usage of the OIDC
+        # provider, 53 the provider.
+        assert drops == {29, 33, 35, 39, 41, 45, 47, 51, 53}
         assert sim.deleted_in_use == [] and sim.left == []
 
 
@@ -443,27 +443,29 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
             "--required",
             "examples/selfhosted-full/required",
             "--delete-cluster-at",
-            "14",
+            "24",
+            "--steps",
+            "80",
         ],
     )
     assert result.exit_code == 0, result.output
     assert "| cluster deleting |" in result.output
     assert "| cluster gone |" in result.output
-    assert "the function recorded the deletion at 14, every Release orphaned from 15" in result.output
+    assert "the function recorded the deletion at 24, every Release orphaned from 25" in result.output
     assert "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0" in result.output
     # The add-on releases go first (forgotten), the CNI's after the Usages of it, the
     # OIDC provider last.
     timeline = {line.split()[0]: line.split() for line in result.output.splitlines() if line}
-    assert timeline["ebs-release"][-2:] == ["19", "forgotten"]
-    assert timeline["cni-release"][-2:] == ["31", "forgotten"]
-    assert timeline["irsa-oidc-provider"][-1] == "49"
+    assert timeline["ebs-release"][-2:] == ["29", "forgotten"]
+    assert timeline["cni-release"][-2:] == ["41", "forgotten"]
+    assert timeline["irsa-oidc-provider"][-1] == "53"
     assert (
-        "  over reconciles 19-49: 11, 0, 0, 0, 13, 0, 5, 0, 0, 0, 5, 0, 5, 0, 0, 0, 5, 0, 1, 0, 0, "
-        "0, 1, 0, 1, 0, 0, 0, 1, 0, 1\n"
+        "  over reconciles 29-53: 15, 0, 0, 0, 15, 0, 6, 0, 0, 0, 4, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, "
+        "0, 1, 0, 1\n"
     ) in result.output
     assert "  deleted while a Usage of it or its user was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
-        "OK: the XR became Ready at reconcile 10 with every condition True; nothing deleted while "
+        "OK: the XR became Ready at reconcile 12 with every condition True; nothing deleted while "
         "the cluster existed, no uninstall, everything deleted in Usage order once it was gone"
     )
 
@@ -471,7 +473,7 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
 def test_simulate_fails_a_withdrawal_cut_short_and_says_why() -> None:
     xr, required = example("selfhosted-full")
     sim = simulate.Simulator(
-        xr, required, settings=simulate.Settings(steps=22, delete_cluster_at=14)
+        xr, required, settings=simulate.Settings(steps=32, delete_cluster_at=24)
     ).run()
     assert not sim.ok
     assert sim.problems() == [
@@ -489,15 +491,15 @@ LAST_LAYER_CUT_SHORT = (
 
 
 def test_simulate_fails_a_run_that_ends_while_the_last_layer_is_still_being_deleted() -> None:
-    """Crossplane observes nothing from reconcile 50, but the OIDC provider it deleted at 49
-    is in the API server through 52: the function says ClusterDeleted at 53, not before."""
+    """Crossplane observes nothing from reconcile 54, but the OIDC provider it deleted at 53
+    is in the API server through 56: the function says ClusterDeleted at 57, not before."""
     xr, required = example("selfhosted-full")
     for steps, problems in [
-        (52, [LAST_LAYER_CUT_SHORT]),
-        (53, []),
+        (56, [LAST_LAYER_CUT_SHORT]),
+        (57, []),
     ]:
         sim = simulate.Simulator(
-            xr, required, settings=simulate.Settings(steps=steps, delete_cluster_at=14)
+            xr, required, settings=simulate.Settings(steps=steps, delete_cluster_at=24)
         ).run()
         assert sim.left == [] and sim.problems() == problems, (steps, sim.problems())
 
@@ -507,14 +509,14 @@ def test_simulate_fails_a_deletion_while_a_usage_is_there() -> None:
     xr, required = example("selfhosted-full")
 
     def drop_at_once(req: Any) -> Any:
-        rsp = fn.run(req)
+        rsp = fn.run(req, now=simulator.world.now)
         status = resource.struct_to_dict(req.observed.composite.resource).get("status", {})
         if status.get("clusterDeletion", {}).get("phase") == "Deleted":
             rsp.desired.ClearField("resources")
         return rsp
 
     simulator = simulate.Simulator(
-        xr, required, settings=simulate.Settings(steps=60, delete_cluster_at=14)
+        xr, required, settings=simulate.Settings(steps=70, delete_cluster_at=24)
     )
     simulator.world.runner = drop_at_once
     sim = simulator.run()
@@ -534,10 +536,10 @@ def test_simulate_fails_a_withdrawal_that_does_not_wait_for_the_users_to_be_gone
     def users_said_gone(req: Any) -> Any:
         for usage in USAGE_ENDS:
             req.required_resources[f"user-of/{usage}"].ClearField("items")  # resolved, empty
-        return fn.run(req)
+        return fn.run(req, now=simulator.world.now)
 
     simulator = simulate.Simulator(
-        xr, required, settings=simulate.Settings(steps=60, delete_cluster_at=14)
+        xr, required, settings=simulate.Settings(steps=70, delete_cluster_at=24)
     )
     simulator.world.runner = users_said_gone
     sim = simulator.run()
@@ -553,7 +555,7 @@ def test_simulate_fails_a_deletion_the_function_never_sees() -> None:
         xr,
         required,
         settings=simulate.Settings(
-            steps=30, delete_cluster_at=14, cluster_gone_after=1, crossplane_v1=True
+            steps=40, delete_cluster_at=24, cluster_gone_after=1, crossplane_v1=True
         ),
     ).run()
     assert not sim.ok

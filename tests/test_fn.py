@@ -108,6 +108,13 @@ def test_no_plugins_whole_response() -> None:
                 "message": "no add-on role trusts a service-account issuer",
                 "target": "TARGET_COMPOSITE",
             },
+            {
+                "type": "ChartsHealthy",
+                "status": "STATUS_CONDITION_TRUE",
+                "reason": "Healthy",
+                "message": "every chart runs the version it was given",
+                "target": "TARGET_COMPOSITE",
+            },
         ],
         "requirements": {
             "resources": {
@@ -447,7 +454,7 @@ def test_results_only_on_transitions() -> None:
     xr, required = example("selfhosted-full")
     world = InMemoryCrossplane(xr, required)
     counts = []
-    for rec in world.run(14):
+    for rec in world.run(24):  # Ready, and the VPC CNI's IRSA restart soaked
         assert rec.response is not None
         counts.append(len([r for r in rec.response.results if r.severity == fnv1.SEVERITY_NORMAL]))
     assert counts[0] > 0

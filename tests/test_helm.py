@@ -343,7 +343,7 @@ def played(name: str) -> Played:
     world = scenario.world()
     kube_version = _kube_version(world.required)
     uses: list[Use] = []
-    records = world.run(16, before=staged_control_plane())
+    records = world.run(20, before=staged_control_plane())
     for rec in records:
         assert rec.fatal is None, rec.fatal
         assert rec.response is not None

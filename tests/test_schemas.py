@@ -30,7 +30,7 @@ def test_every_composed_resource_validates(scenario: Scenario) -> None:
     validated = values_checked = 0
     kinds: set[str] = set()
     errors: list[str] = []
-    for rec in world.run(16, before=staged_control_plane()):
+    for rec in world.run(20, before=staged_control_plane()):
         assert rec.fatal is None, rec.fatal
         # The status the function writes, as the XRD's status schema has it (not pruned).
         status = resource.struct_to_dict(rec.response.desired.composite.resource)["status"]
