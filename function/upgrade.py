@@ -39,6 +39,7 @@ the call's ``now`` (``CallContext.now``): the plan stays a pure function of the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -542,13 +543,23 @@ def _gates_wait(ctx: CallContext, node: Node) -> Wait | None:
     return None
 
 
-def _steady(call: _Call, release: _Release, record: Record) -> Decision:
-    """A Release not in flight: keep its spec, or start moving to the one built now."""
+def _steady(
+    call: _Call, release: _Release, record: Record, *, retarget: bool = False
+) -> Decision:
+    """A Release not in flight: keep its spec, or start moving to the one built now.
+
+    ``retarget``: it was in flight to another spec, which is not healthy: its last healthy
+    spec stays the one to come back to.
+    """
     node, desired, seen, iam = release
     fp = seen.for_provider
     version = _chart_version(fp)
     want = _for_provider(desired)
     if _holds(fp, want):
+        if record.phase is Phase.ROLLED_BACK:
+            # The spec asks again for what runs (a person took the failed version back out):
+            # nothing failed is wanted any more.
+            record = Record(Phase.HEALTHY, record.since, record.version, record.target)
         return Decision(
             node.name,
             _emit(desired, fp, record, None),
@@ -574,7 +585,8 @@ def _steady(call: _Call, release: _Release, record: Record) -> Decision:
         )
     target = digest(want)
     to = _chart_version(want)
-    keep_lh = record.phase is Phase.FAILED  # the failed spec is not a healthy one
+    # A failed spec, or one still moved to, is not a healthy one.
+    keep_lh = retarget or record.phase is Phase.FAILED
     last_healthy = (
         structs.str_at(seen.obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
         if keep_lh
@@ -700,9 +712,24 @@ def decide(
     return out
 
 
+def _retargeted(call: _Call, release: _Release, record: Record) -> bool:
+    """Whether the spec built now is neither what is moved to nor what it runs (a new ask)."""
+    want = _for_provider(release.desired)
+    if call.may_move is not None or _holds(release.seen.for_provider, want):
+        return False
+    return digest(want) != record.target
+
+
 def _decide_one(call: _Call, release: _Release) -> Decision:
     node, desired, seen, _ = release
     record = seen.record
+    if record is not None and record.phase is Phase.UPGRADING and _retargeted(call, release, record):
+        # Asked for another spec while an upgrade is under way: it goes there instead, from
+        # the same last healthy spec (one move in flight, still).
+        call.in_flight = call.in_flight if call.in_flight != node.name else ""
+        return _steady(
+            call, release, dataclasses.replace(record, phase=Phase.HEALTHY), retarget=True
+        )
     if record is not None and record.phase in IN_FLIGHT:
         decision = _in_flight(call, release, record)
         if decision.phase not in IN_FLIGHT and call.in_flight == node.name:

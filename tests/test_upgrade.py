@@ -213,6 +213,24 @@ def test_a_rolled_back_version_is_tried_again_on_a_retry_or_a_new_spec() -> None
     assert _deployed(world, CNI) == MISSING
 
 
+def test_a_new_version_asked_for_while_an_upgrade_fails_goes_there_at_once() -> None:
+    """No need to sit out the deadline of a version that cannot be had: the new ask wins."""
+    world, _ = _converged()
+    _fail_cni(world)
+    world.run(5)
+    assert _plugin(world, "vpc-cni")["upgrade"] == "Upgrading"
+    _set(world, "spec.networking.amazonVPC.version", NEW)
+    world.reconcile()
+    entry = _plugin(world, "vpc-cni")
+    assert (entry["upgrade"], entry["targetVersion"]) == ("Upgrading", NEW)
+    # The version to come back to stays the one that ran healthy, not the failed ask.
+    assert entry["lastHealthyVersion"] == OLD
+    world.run(12)
+    entry = _plugin(world, "vpc-cni")
+    assert (entry["upgrade"], entry["version"]) == ("Healthy", NEW)
+    assert world.composed[CNI].revision == 3  # install, IRSA restart, NEW: MISSING never ran
+
+
 def test_a_new_version_after_a_rollback_moves_again() -> None:
     world, _ = _converged()
     _fail_cni(world)
@@ -221,6 +239,20 @@ def test_a_new_version_after_a_rollback_moves_again() -> None:
     world.run(12)
     entry = _plugin(world, "vpc-cni")
     assert (entry["upgrade"], entry["version"]) == ("Healthy", NEW)
+
+
+def test_asking_again_for_what_was_rolled_back_to_is_healthy() -> None:
+    world, _ = _converged()
+    _fail_cni(world)
+    world.run(100)
+    assert _plugin(world, "vpc-cni")["upgrade"] == "RolledBack"
+    generation = world.composed[CNI].generation
+    _set(world, "spec.networking.amazonVPC.version", None)  # back to the default it runs
+    world.run(2)
+    entry = _plugin(world, "vpc-cni")
+    assert (entry["upgrade"], entry["version"]) == ("Healthy", OLD)
+    assert world.composed[CNI].generation == generation  # nothing to write
+    assert world.xr["status"]["upgrade"] == "Healthy"
 
 
 def test_hold_keeps_the_failed_version_and_moves_no_other_chart() -> None:

@@ -10,13 +10,16 @@ real controllers from kwok's pods) and reports the Release Ready itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from e2e.controlplane.checks import assert_converged_like_the_world, assert_creations_follow_gates
 from e2e.controlplane.composite import Composite, conditions
 from e2e.controlplane.conftest import running_control_plane
+from e2e.controlplane.day_two import PhaseRecorder, latest_revision, plugin_entry, revision_event
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ControlPlane, StartError
 from e2e.controlplane.processes import Process
@@ -31,6 +34,9 @@ from e2e.controlplane.workload import (
 
 NAMESPACE = "team-h"
 EXAMPLE = "selfhosted-full"
+# The vendored older aws-vpc-cni chart (tests/fixtures/older-charts) and the default.
+OLD_CNI, NEW_CNI = "1.21.1", "1.22.4"
+SOAK_S, DEADLINE_S = 10, 30
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +119,22 @@ def demo(
     composite = Composite(
         control_plane, helm_providers, EXAMPLE, helm_api, NAMESPACE, workload_kubeconfig=workload.inline_kubeconfig("demo")
     )
+    # Day two (test_day_two_*): the CNI starts one chart version behind the default, and
+    # upgrades soak 10 s and fail after 30 s.
+    spec = composite.manifest["spec"]
+    spec["networking"]["amazonVPC"]["version"] = OLD_CNI
+    spec["upgradePolicy"] = {"soakSeconds": SOAK_S, "progressDeadlineSeconds": DEADLINE_S}
     composite.converge(timeout_s=240)
     yield composite
+
+
+@pytest.fixture(scope="module")
+def phases(demo: Composite) -> Iterator[PhaseRecorder]:
+    """Each change of the plugins' day-two fields from the converged XR on."""
+    recorder = PhaseRecorder(demo.xr)
+    recorder.start()
+    yield recorder
+    recorder.stop()
 
 
 def releases(composite: Composite) -> dict[str, str]:
@@ -219,6 +239,133 @@ def test_releases_install_only_after_what_they_wait_for_is_deployed(demo: Compos
     webhook_deployed = helm_history.first(named["pod-identity-webhook-release"], status="deployed")
     assert restarted is not None and webhook_deployed is not None and webhook_deployed < restarted, helm_history.timeline()
     print("\n" + "\n".join(helm_history.timeline()))
+
+
+# --- day two (function/upgrade.py) ---------------------------------------------------------
+
+
+def _wait_plugin(demo: Composite, plugin: str, done: Any, what: str, timeout_s: float = 180) -> dict[str, Any]:
+    """Until ``done(status.plugins[plugin])``; that entry."""
+    return demo.kube.wait_for(
+        lambda: (e if done(e := plugin_entry(demo.xr(), plugin)) else None), f"{plugin}: {what}", timeout_s=timeout_s, interval_s=0.5
+    )
+
+
+def _patch_spec(demo: Composite, spec: dict[str, Any]) -> None:
+    xr = demo.xr()
+    assert xr is not None
+    demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"spec": spec}, NAMESPACE)
+
+
+def _release_generations(demo: Composite) -> dict[str, int]:
+    return {n: int(o["metadata"]["generation"]) for n, o in demo.composed().items() if o["kind"] == "Release"}
+
+
+def test_day_two_no_release_is_written_again_once_converged(demo: Composite) -> None:
+    """After convergence the API server records no spec write by the function to any Release.
+
+    provider-helm stores waitTimeout as a Go duration: the function once wrote "10m", which
+    came back "10m0s", a second spec version of every wait: true Release. Five XR writes (each
+    a reconcile, each a server-side apply of every composed resource) change no generation,
+    and the wait: true Releases the function never changed are at their first one.
+    """
+    _wait_plugin(demo, "vpc-cni", lambda e: e.get("upgrade") == "Healthy", "the IRSA restart soaked")
+    before = _release_generations(demo)
+    xr = demo.xr()
+    assert xr is not None
+    for i in range(5):
+        demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"metadata": {"annotations": {"e2e/touch": str(i)}}}, NAMESPACE)
+        time.sleep(2)
+    after = _release_generations(demo)
+    print(f"\nRelease generations after 5 reconciles: {after}")
+    assert after == before
+    for name in ("ccm-release", "cert-manager-release", "pod-identity-webhook-release"):
+        assert after[name] == 1, (name, after)
+
+
+def test_day_two_a_cni_upgrade_moves_nothing_that_depends_on_it_until_helm_deployed_it(
+    demo: Composite, helm_history: HelmHistory, phases: PhaseRecorder
+) -> None:
+    """One change: the CNI to the default version and new EBS values. The CNI moves first;
+    EBS (gated on the CNI) only once helm deployed the CNI's new revision and it soaked."""
+    named = releases(demo)
+    cni, ebs = named["cni-release"], named["ebs-release"]
+    cni_revision, ebs_revision = latest_revision(helm_history, cni), latest_revision(helm_history, ebs)
+    assert plugin_entry(demo.xr(), "vpc-cni")["version"] == OLD_CNI
+    _patch_spec(demo, {"networking": {"amazonVPC": {"version": None}}, "storage": {"ebs": {"values": {"controller": {"logLevel": 3}}}}})
+    moved = _wait_plugin(demo, "vpc-cni", lambda e: e.get("upgrade") == "Healthy" and e.get("version") == NEW_CNI, f"Healthy at {NEW_CNI}")
+    assert moved["lastHealthyVersion"] == NEW_CNI
+    _wait_plugin(demo, "ebs-csi", lambda e: e.get("upgrade") == "Healthy" and latest_revision(helm_history, ebs) > ebs_revision, "Healthy with new values")
+    cni_deployed = revision_event(helm_history, cni, cni_revision + 1, "deployed")
+    ebs_began = revision_event(helm_history, ebs, ebs_revision + 1, "pending-upgrade")
+    print("\n" + "\n".join(helm_history.timeline()) + "\n" + phases.text())
+    assert cni_deployed is not None and ebs_began is not None
+    # Helm's own order in the workload cluster: the CNI's new revision deployed, then (after
+    # its soak) the EBS upgrade began.
+    assert cni_deployed.revision < ebs_began.revision, (cni_deployed, ebs_began)
+    assert ebs_began.at - cni_deployed.at >= SOAK_S - 1, (cni_deployed, ebs_began)
+    assert phases.phases("vpc-cni")[-2:] == ["Upgrading", "Healthy"], phases.text()
+
+
+def test_day_two_a_chart_version_the_repository_lacks_is_rolled_back(
+    demo: Composite, helm_history: HelmHistory, phases: PhaseRecorder
+) -> None:
+    named = releases(demo)
+    cni = named["cni-release"]
+    revision = latest_revision(helm_history, cni)
+    _patch_spec(demo, {"networking": {"amazonVPC": {"version": "9.9.9"}}})
+    entry = _wait_plugin(demo, "vpc-cni", lambda e: e.get("upgrade") == "RolledBack", "RolledBack", timeout_s=DEADLINE_S + 120)
+    print("\n" + phases.text())
+    assert phases.phases("vpc-cni")[-3:] == ["Upgrading", "RollingBack", "RolledBack"], phases.text()
+    # provider-helm's own words, and the way forward.
+    assert 'version "9.9.9" not found' in entry["message"], entry
+    assert "clusterplugin.dev/retry-upgrade" in entry["message"], entry
+    assert entry["version"] == NEW_CNI and entry["lastHealthyVersion"] == NEW_CNI
+    release = demo.composed()["cni-release"]
+    assert release["spec"]["forProvider"]["chart"]["version"] == NEW_CNI
+    # helm never ran the missing chart: no revision since.
+    assert latest_revision(helm_history, cni) == revision, helm_history.timeline()
+    # No loop: while the spec still asks for 9.9.9, the Release is not written again.
+    generation = release["metadata"]["generation"]
+    time.sleep(10)
+    assert demo.composed()["cni-release"]["metadata"]["generation"] == generation
+    assert demo.xr()["status"]["upgrade"] == "RolledBack"
+
+
+def test_day_two_hold_keeps_refused_values_and_moves_no_other_chart(
+    demo: Composite, helm_history: HelmHistory, phases: PhaseRecorder
+) -> None:
+    """EBS values its chart's schema refuses, with onFailure Hold: EBS keeps them, the load
+    balancer controller's change waits, until a person puts EBS's values right."""
+    named = releases(demo)
+    ebs = named["ebs-release"]
+    _patch_spec(
+        demo,
+        {
+            "networking": {"amazonVPC": {"version": None}},
+            "upgradePolicy": {"onFailure": "Hold"},
+            "storage": {"ebs": {"values": {"controller": {"logLevel": "loud"}}}},
+        },
+    )
+    failed = _wait_plugin(demo, "ebs-csi", lambda e: e.get("upgrade") == "Failed", "Failed", timeout_s=DEADLINE_S + 120)
+    assert "onFailure: Hold" in failed["message"], failed
+    assert "logLevel" in failed["message"], failed  # helm's schema error, quoted
+    assert demo.composed()["ebs-release"]["spec"]["forProvider"]["values"]["controller"]["logLevel"] == "loud"
+    lbc_generation = demo.composed()["lbc-release"]["metadata"]["generation"]
+    _patch_spec(demo, {"ingress": {"awsLoadBalancerController": {"values": {"replicaCount": 1}}}})
+    held = _wait_plugin(demo, "aws-load-balancer-controller", lambda e: "held" in e.get("message", ""), "held back")
+    time.sleep(10)
+    assert demo.composed()["lbc-release"]["metadata"]["generation"] == lbc_generation, held
+    assert demo.xr()["status"]["upgrade"] == "Failed"
+    # A person acts: EBS's values put right. EBS moves, then the controller.
+    revision = latest_revision(helm_history, ebs)
+    _patch_spec(demo, {"storage": {"ebs": {"values": {"controller": {"logLevel": 3}}}}})
+    _wait_plugin(demo, "aws-load-balancer-controller", lambda e: e.get("upgrade") == "Healthy" and "held" not in e.get("message", ""), "Healthy", timeout_s=240)
+    print("\n" + phases.text() + "\n" + "\n".join(helm_history.timeline()))
+    assert plugin_entry(demo.xr(), "ebs-csi")["upgrade"] == "Healthy"
+    assert demo.composed()["lbc-release"]["spec"]["forProvider"]["values"]["replicaCount"] == 1
+    # EBS's values "loud" never reached helm's release history: refused before a revision.
+    assert latest_revision(helm_history, ebs) == revision
 
 
 def test_deleting_the_xr_uninstalls_in_usage_order(demo: Composite, workload: WorkloadCluster, helm_history: HelmHistory) -> None:
