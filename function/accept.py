@@ -25,19 +25,21 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from function import cluster, registry, structs
+from function import cluster, compat, registry, structs
 from function.addons import pod_identity
 from function.addons.oidc_issuer import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
+from function.compat import minor_of
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
 from function.spec import ClusterPluginSpec, parse_input, parse_spec
 from function.spec_base import CROSSPLANE_SPEC_FIELDS, REGION, InvalidInputError, IRSAMode
-from function.step_input import StepInput
+from function.step_input import ChartSource, StepInput
 
 CLAIM_NAMESPACE_LABEL = "crossplane.io/claim-namespace"
 OIDC_ARN = re.compile(r"^arn:(aws|aws-cn|aws-us-gov):iam::\d{12}:oidc-provider/(.+)$")
@@ -424,9 +426,16 @@ def recorded_issuer(xr: struct_pb2.Struct) -> RecordedIssuer:
 
 
 def refuse_for_cluster(
-    accepted: Accepted, facts: ClusterFacts, recorded: RecordedIssuer = NO_RECORDED_ISSUER
+    accepted: Accepted,
+    facts: ClusterFacts,
+    recorded: RecordedIssuer = NO_RECORDED_ISSUER,
+    observed: Mapping[str, fnv1.Resource] | None = None,
 ) -> None:
-    """Raise InvalidInputError for a spec or input this cluster cannot have."""
+    """Raise InvalidInputError for a spec or input this cluster cannot have.
+
+    ``observed``: the composed resources (a pinned chart version a Release already runs is
+    not refused: refusing would change nothing but stop the XR).
+    """
     if accepted.step.protect_cluster and not accepted.namespaced:
         raise InvalidInputError(
             "input.protectCluster",
@@ -439,17 +448,80 @@ def refuse_for_cluster(
             if problem:
                 raise InvalidInputError(addon.spec_path, problem)
     region = accepted.spec.region or facts.region
-    credentials = _credentials_problem(accepted, facts, recorded, region or "")
-    if credentials:
-        raise InvalidInputError(*credentials)
-    if accepted.names.cloudfront is not None:
-        partition = cloudfront_region_problem(accepted, region or "")
-        if partition:
-            raise InvalidInputError(*partition)
+    found = _pin_problem(accepted, facts, observed or {}) or _credentials_problem(
+        accepted, facts, recorded, region or ""
+    )
+    if found is None and accepted.names.cloudfront is not None:
+        found = cloudfront_region_problem(accepted, region or "")
+    if found:
+        raise InvalidInputError(*found)
     if recorded.oidc_provider_arn and accepted.hosts_issuer:
         change = _issuer_change(accepted, recorded, region)
         if change:
             raise InvalidInputError("spec.irsa.hosting", change)
+
+
+def _runs(observed: Mapping[str, fnv1.Resource], node: str, version: str) -> bool:
+    """Whether the observed Release ``node`` holds chart ``version``."""
+    release = observed[node].resource if node in observed else None
+    held = structs.str_at(release, "spec", "forProvider", "chart", "version") if release else None
+    return held == version
+
+
+def _pin_problem(
+    accepted: Accepted, facts: ClusterFacts, observed: Mapping[str, fnv1.Resource]
+) -> tuple[str, str] | None:
+    """(field, message) for a pinned chart version its add-on documents not for this cluster.
+
+    Pinned: the XR's ``version`` of the add-on, else its chart's in the Composition's input.
+    Judged against the minor the control plane runs and, during its upgrade, the one it
+    moves to; a version the table does not know is not refused (nothing documented).
+    """
+    minors = [
+        m
+        for m in dict.fromkeys(
+            (
+                minor_of(facts.kubernetes_version or ""),
+                minor_of(facts.kubernetes_target_version or ""),
+            )
+        )
+        if m is not None
+    ]
+    for addon in accepted.wanted:
+        spec = addon.spec(accepted.spec)
+        for decl in addon.releases:
+            source = decl.chart(accepted.step.charts)
+            if spec is not None and spec.version:
+                version, field = spec.version, f"{addon.spec_path}.version"
+            elif source.version:
+                version = source.version
+                field = f"input.charts.{_chart_field(accepted, source)}.version"
+            else:
+                continue
+            unusable = addon.version_problem(version) if addon.version_problem else None
+            if unusable and decl is addon.release:
+                return field, unusable
+            supported = compat.supported(source.name, version) if minors else None
+            if supported is None or all(m in supported for m in minors):
+                continue
+            if _runs(observed, decl.node, version):
+                continue
+            moving = f", moving to {compat.minor_text(minors[-1])}" if len(minors) > 1 else ""
+            message = (
+                f"{source.name} {version} supports Kubernetes {supported.describe()}, and the "
+                f"cluster runs {compat.minor_text(minors[0])}{moving} (its "
+                f"{facts.control_plane_kind or 'control plane'}): pin a version for it, or "
+                "leave the version out to follow the cluster's minor"
+            )
+            return field, message
+    return None
+
+
+def _chart_field(accepted: Accepted, source: ChartSource) -> str:
+    """The step input's name for a chart source (charts.vpcCni)."""
+    charts = accepted.step.charts
+    fields = type(charts).model_fields.items()
+    return next((f.alias or name for name, f in fields if getattr(charts, name) is source), "?")
 
 
 def _external_cluster_problem(

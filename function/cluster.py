@@ -164,6 +164,9 @@ class ClusterFacts:
     # spec.version and status.version (the oldest control-plane machine) while a
     # rollout is under way, so nothing is started newer than the API server it talks to.
     kubernetes_version: str | None = None
+    # The version the control plane is asked to run (spec.version): ahead of
+    # kubernetes_version while an upgrade of the control plane is under way.
+    kubernetes_target_version: str | None = None
     # The KubeadmControlPlane runs kubelets / the controller manager with
     # ``cloud-provider: external``: nodes stay tainted until a CCM runs.
     external_cloud_provider: bool = False
@@ -662,6 +665,7 @@ def read_facts(
         sa_public_pem=pem,
         sa_problem=problem,
         kubernetes_version=_kubernetes_version(cp) if cp is not None else None,
+        kubernetes_target_version=structs.str_at(cp, "spec", "version") if cp is not None else None,
         external_cloud_provider=cp is not None and external_cloud_provider(cp),
         service_account_issuer=service_account_issuer(cp) if cp is not None else None,
         cluster_uid=_cluster_uid(cluster, (cp, infra), cluster_name),

@@ -174,3 +174,51 @@ def default_version(chart: str, minor: Minor) -> str | None:
 def describe(minors: MinorRange) -> str:
     """One line for messages: ``1.29 to 1.35``."""
     return minors.describe()
+
+
+@functools.lru_cache(maxsize=1024)
+def default_for(chart: str, minors: tuple[Minor, ...]) -> str | None:
+    """The default of ``chart`` for a control plane at every one of ``minors``, or None.
+
+    ``minors``: the one it runs and, while it moves to the next, that one too. The newest of
+    the minors' defaults that the table says supports them all; if none does, the first
+    minor's (the one the control plane runs): it runs there now.
+    """
+    entry = _table().get(chart)
+    if entry is None or not minors:
+        return None
+    candidates = sorted(
+        {v for m in minors if (v := entry.defaults.get(m)) is not None},
+        key=_key,
+        reverse=True,
+    )
+    for version in candidates:
+        rng = supported(chart, version)
+        if rng is not None and all(m in rng for m in minors):
+            return version
+    return entry.defaults.get(minors[0])
+
+
+def newest_default(chart: str) -> str | None:
+    """The default of ``chart`` for the newest minor the table knows, or None."""
+    entry = _table().get(chart)
+    if entry is None or not entry.defaults:
+        return None
+    return entry.defaults[max(entry.defaults)]
+
+
+def newer(a: str, b: str) -> bool:
+    """Whether chart version ``a`` comes after ``b`` (False when either is not a version)."""
+    ka, kb = _version_key(a), _version_key(b)
+    return ka is not None and kb is not None and ka > kb
+
+
+def at_least(version: str, first: str) -> bool:
+    """Whether chart version ``version`` is ``first`` or later (False when not a version)."""
+    kv, kf = _version_key(version), _version_key(first)
+    return kv is not None and kf is not None and kv >= kf
+
+
+def minor_text(minor: Minor) -> str:
+    """``1.33``."""
+    return _minor_text(minor)

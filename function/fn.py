@@ -113,7 +113,9 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = No
     asked = cluster.requirements(req, accepted.lookup)
     facts = cluster.read_facts(req, accepted.lookup, asked)
     try:
-        accept.refuse_for_cluster(accepted, facts, accept.recorded_issuer(xr))
+        accept.refuse_for_cluster(
+            accepted, facts, accept.recorded_issuer(xr), req.observed.resources
+        )
     except InvalidInputError as err:
         asked.write(rsp.requirements)  # the cluster's objects stay watched while refused
         return _refused(rsp, err, target, log)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from function import structs
+from function import compat, structs
 from function.cluster import ClusterFacts
+from function.compat import minor_of
 from function.flavour import Flavour
 from function.names import Names, Partition, partition_of
 from function.spec_base import IRSAMode, spec_getter
@@ -105,6 +106,9 @@ class Release:
     service_account: str = ""
     # Readiness then means the workloads run, not only "helm says deployed".
     wait: bool = False
+    # Adopt what exists of its objects that no helm release owns (provider-helm's
+    # takeOwnership, once): Calico's CRDs, left by a tigera-operator before v3.32.
+    take_ownership: bool = False
 
     def as_node(self, build: Builder, gates: tuple[Gate, ...] = ()) -> Node:
         """The node that composes this release, with a Release's readiness rule."""
@@ -267,6 +271,9 @@ class Addon:
     # How messages name it ("the AWS Load Balancer Controller").
     title: str = ""
     release: Release | None = None
+    # Its other Releases (Calico's CRDs, cert-manager beside the webhook), with ``release``
+    # in ``releases``: whose chart versions are judged against the cluster's Kubernetes minor.
+    extra_releases: tuple[Release, ...] = ()
     role: Role | None = None
     owned_values: tuple[ValuesPath, ...] = ()
     usages: tuple[Usage, ...] = ()
@@ -280,12 +287,20 @@ class Addon:
     cluster_problem: Callable[[ClusterPluginSpec, ClusterFacts], str | None] | None = None
     # Its controller makes load balancers, which CAPA must clean up when the cluster goes.
     makes_load_balancers: bool = False
+    # Why a chart version of its release cannot be installed by the function (e.g. no IAM
+    # policy known for it), or None: a pinned version it names is refused (FATAL).
+    version_problem: Callable[[str], str | None] | None = None
     # Its spec, or None when not asked for (from spec_path).
     spec: Callable[[ClusterPluginSpec], Any] = field(init=False)
 
     def __post_init__(self) -> None:
         getter = spec_getter(self.spec_path) if self.spec_path else _no_spec
         object.__setattr__(self, "spec", getter)
+
+    @property
+    def releases(self) -> tuple[Release, ...]:
+        """Every Release it may install, ``release`` first."""
+        return (*((self.release,) if self.release is not None else ()), *self.extra_releases)
 
     @property
     def values_field(self) -> str:
@@ -569,6 +584,40 @@ class CallContext:
     def issuer_host_path(self) -> str:
         """The issuer without its scheme, as IAM condition keys spell it."""
         return self.issuer_url().removeprefix("https://")
+
+    def chart_default(self, chart: str, release: str) -> str:
+        """The version of ``chart`` (of ``release``) when neither XR nor Composition pins one.
+
+        The compatibility table's default for the minor the control plane runs and, while it
+        moves to another, for that one too (function/compat.py); never older than what the
+        Release runs (a default does not downgrade). Unknown until the control plane is read.
+        """
+        running = minor_of(self.facts.kubernetes_version or "")
+        if running is None:
+            raise MissingFactError(
+                Wait(
+                    "control plane version",
+                    "the control plane's Kubernetes version is not read yet: the chart versions "
+                    "follow its minor",
+                    reason="control plane version",
+                )
+            )
+        target = minor_of(self.facts.kubernetes_target_version or "")
+        minors = (running,) if target is None or target == running else (running, target)
+        version = compat.default_for(chart, minors) or compat.newest_default(chart)
+        observed = self.observed.get(release)
+        runs = (
+            structs.str_at(observed, "spec", "forProvider", "chart", "version")
+            if observed is not None
+            else None
+        )
+        if version is None:
+            if runs:
+                return runs
+            raise MissingFactError(
+                Wait(f"{chart} version", f"no default version of {chart} is known", blocked=True)
+            )
+        return runs if runs and compat.newer(runs, version) else version
 
     def arn_of(self, node: str) -> str:
         """The observed ARN of ``node``."""

@@ -58,8 +58,14 @@ class ChartSource(StrictModel):
         json_schema_extra={"pattern": "^(https?|oci)://.+"},
     )
     name: str = Field(min_length=1, description="Chart name, e.g. aws-vpc-cni.")
-    version: str = Field(
-        description="Chart version, e.g. 1.22.4 or v3.32.1.",
+    version: str | None = Field(
+        default=None,
+        description=(
+            "Chart version, e.g. 1.22.4 or v3.32.1: pins it for every ClusterPlugin of the "
+            "Composition. Unset: the newest version this function was tested with that its "
+            "add-on documents for the cluster's Kubernetes minor (docs/architecture.md, "
+            "Kubernetes compatibility); it moves when the control plane's minor does."
+        ),
         json_schema_extra={"pattern": CHART_VERSION.pattern},
     )
     pull_secret_ref: SecretRef | None = Field(
@@ -84,31 +90,28 @@ CALICO_CHARTS = "https://docs.tigera.io/calico/charts"
 
 
 class Charts(StrictModel):
-    """Chart source per add-on; defaults are the versions this release was tested with."""
+    """Chart source per add-on; versions follow the cluster's Kubernetes minor unless pinned."""
 
     vpc_cni: ChartSource = Field(
-        default=ChartSource(repository=EKS_CHARTS, name="aws-vpc-cni", version="1.22.4"),
+        default=ChartSource(repository=EKS_CHARTS, name="aws-vpc-cni"),
         alias="vpcCni",
         description="The Amazon VPC CNI chart (spec.networking.amazonVPC).",
     )
     calico_crds: ChartSource = Field(
-        default=ChartSource(
-            repository=CALICO_CHARTS, name="crd.projectcalico.org.v1", version="v3.32.1"
-        ),
+        default=ChartSource(repository=CALICO_CHARTS, name="crd.projectcalico.org.v1"),
         alias="calicoCrds",
         description=(
             "Calico's CRDs chart, installed before tigera-operator (spec.networking.calico)."
         ),
     )
     calico: ChartSource = Field(
-        default=ChartSource(repository=CALICO_CHARTS, name="tigera-operator", version="v3.32.1"),
+        default=ChartSource(repository=CALICO_CHARTS, name="tigera-operator"),
         description="The tigera-operator chart that installs Calico (spec.networking.calico).",
     )
     ebs: ChartSource = Field(
         default=ChartSource(
             repository="https://kubernetes-sigs.github.io/aws-ebs-csi-driver",
             name="aws-ebs-csi-driver",
-            version="2.64.0",
         ),
         description="The AWS EBS CSI driver chart (spec.storage.ebs).",
     )
@@ -116,23 +119,18 @@ class Charts(StrictModel):
         default=ChartSource(
             repository="https://kubernetes-sigs.github.io/aws-efs-csi-driver",
             name="aws-efs-csi-driver",
-            version="4.4.1",
         ),
         description="The AWS EFS CSI driver chart (spec.storage.efs).",
     )
     load_balancer_controller: ChartSource = Field(
-        default=ChartSource(
-            repository=EKS_CHARTS, name="aws-load-balancer-controller", version="3.5.0"
-        ),
+        default=ChartSource(repository=EKS_CHARTS, name="aws-load-balancer-controller"),
         alias="loadBalancerController",
         description=(
             "The AWS Load Balancer Controller chart (spec.ingress.awsLoadBalancerController)."
         ),
     )
     cert_manager: ChartSource = Field(
-        default=ChartSource(
-            repository="https://charts.jetstack.io", name="cert-manager", version="v1.21.1"
-        ),
+        default=ChartSource(repository="https://charts.jetstack.io", name="cert-manager"),
         alias="certManager",
         description=(
             "The cert-manager chart, for the pod identity webhook's certificate "
@@ -143,7 +141,6 @@ class Charts(StrictModel):
         default=ChartSource(
             repository="https://jkroepke.github.io/helm-charts",
             name="amazon-eks-pod-identity-webhook",
-            version="2.6.5",
         ),
         alias="podIdentityWebhook",
         description="The amazon-eks-pod-identity-webhook chart (spec.irsa.podIdentityWebhook).",
@@ -152,7 +149,6 @@ class Charts(StrictModel):
         default=ChartSource(
             repository="https://kubernetes.github.io/cloud-provider-aws",
             name="aws-cloud-controller-manager",
-            version="0.0.11",
         ),
         alias="cloudControllerManager",
         description="The AWS cloud-controller-manager chart (spec.cloudProvider.aws).",
@@ -161,7 +157,6 @@ class Charts(StrictModel):
         default=ChartSource(
             repository="https://kubernetes-sigs.github.io/external-dns",
             name="external-dns",
-            version="1.21.1",
         ),
         alias="externalDNS",
         description="The external-dns chart (spec.dns.externalDNS).",

@@ -723,7 +723,8 @@ def _retargeted(call: _Call, release: _Release, record: Record) -> bool:
 def _decide_one(call: _Call, release: _Release) -> Decision:
     node, desired, seen, _ = release
     record = seen.record
-    if record is not None and record.phase is Phase.UPGRADING and _retargeted(call, release, record):
+    upgrading = record is not None and record.phase is Phase.UPGRADING
+    if upgrading and record is not None and _retargeted(call, release, record):
         # Asked for another spec while an upgrade is under way: it goes there instead, from
         # the same last healthy spec (one move in flight, still).
         call.in_flight = call.in_flight if call.in_flight != node.name else ""

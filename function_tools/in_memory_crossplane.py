@@ -369,6 +369,18 @@ class InMemoryCrossplane:
         if cp is not None:
             set_control_plane(cp, initialized=initialized, available=available)
 
+    def set_kubernetes_version(self, version: str, *, running: bool) -> None:
+        """Ask the control plane for Kubernetes ``version`` (its spec).
+
+        With ``running`` it runs it too (its status: CAPI rolled every control-plane machine).
+        """
+        cp = self.control_plane()
+        if cp is None:
+            return
+        cp.setdefault("spec", {})["version"] = version
+        if running:
+            cp.setdefault("status", {})["version"] = version
+
     # --- Cluster API deleting and recreating the cluster -------------------
 
     def _cluster_objects(self) -> list[dict[str, Any]]:

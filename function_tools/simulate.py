@@ -157,6 +157,35 @@ def parse_change(text: str) -> SpecChange:
     return SpecChange(int(m.group("step")), tuple(m.group("path").split(".")), value)
 
 
+@dataclass(frozen=True)
+class KubernetesUpgrade:
+    """``STEP=VERSION[+ROLL]``: a control-plane upgrade.
+
+    The control plane is asked for VERSION before reconcile STEP, and runs it ROLL reconciles
+    later (CAPI rolls its machines meanwhile).
+    """
+
+    step: int
+    version: str
+    roll: int = 3
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"step": self.step, "version": self.version, "roll": self.roll}
+
+
+_KUBERNETES = re.compile(r"^(?P<step>\d+)=(?P<version>v\d+\.\d+\.\d+)(\+(?P<roll>\d+))?$")
+
+
+def parse_kubernetes(text: str) -> KubernetesUpgrade:
+    """``STEP=VERSION[+ROLL]``, e.g. ``20=v1.34.1+3``."""
+    m = _KUBERNETES.match(text.strip())
+    if not m or int(m.group("step")) < 1:
+        msg = f"{text!r} is not STEP=VERSION[+ROLL], e.g. 20=v1.34.1+3"
+        raise SimulateError(msg)
+    return KubernetesUpgrade(int(m.group("step")), m.group("version"), int(m.group("roll") or 3))
+
+
 def parse_missing_chart(text: str) -> str:
     """``CHART@VERSION`` (``--missing-chart``): the chart repository does not have it."""
     if not _MISSING_CHART.match(text.strip()):
@@ -183,6 +212,8 @@ class Settings:
     # Day two: changes of the XR at a reconcile (--set), chart versions the repository
     # lacks (--missing-chart), and the seconds between two reconciles (the soak's clock).
     changes: tuple[SpecChange, ...] = ()
+    # A control-plane upgrade (--kubernetes-at): asked for at a reconcile, run some later.
+    kubernetes: KubernetesUpgrade | None = None
     missing_charts: tuple[str, ...] = ()
     seconds_per_reconcile: int = 10
 
@@ -206,6 +237,7 @@ class Settings:
             "deleteClusterAt": self.delete_cluster_at,
             "clusterGoneAt": self.cluster_gone_at,
             "changes": [c.as_dict() for c in self.changes],
+            "kubernetes": self.kubernetes.as_dict() if self.kubernetes else None,
             "missingCharts": list(self.missing_charts),
             "secondsPerReconcile": self.seconds_per_reconcile,
         }
@@ -600,6 +632,11 @@ class Simulator:
         for change in s.changes:
             if change.step == step:
                 change.apply(self.world.xr)
+        upgrade = s.kubernetes
+        if upgrade is not None and step in {upgrade.step, upgrade.step + upgrade.roll}:
+            self.world.set_kubernetes_version(
+                upgrade.version, running=step == upgrade.step + upgrade.roll
+            )
         available = step >= s.available_at and not any(
             f.node == CONTROL_PLANE and f.active(step) for f in s.faults
         )
@@ -771,6 +808,7 @@ class Simulator:
                 s.available_at,
                 *(f.end for f in s.faults),
                 *(c.step for c in s.changes),
+                *((s.kubernetes.step + s.kubernetes.roll,) if s.kubernetes else ()),
                 s.cluster_gone_at or 0,
             ]
         )

@@ -672,6 +672,38 @@ CASES = [
     ),
     # --- against the cluster (function/accept.py refuse, the add-ons' cluster_problem) ---
     Case(
+        "chart-pinned-outside-the-minor",
+        "spec.networking.calico.version: tigera-operator v3.32.1 supports Kubernetes 1.34 to "
+        "1.36, and the cluster runs 1.33 (its KubeadmControlPlane): pin a version for it, or "
+        "leave the version out to follow the cluster's minor",
+        {"networking": {"calico": {"version": "v3.32.1"}}},
+        example="calico-legacy-claim",
+        step_input={"clusterAPI": LEGACY_CLUSTER_API},
+    ),
+    Case(
+        "composition-pin-outside-the-minor",
+        "input.charts.calico.version: tigera-operator v3.29.7 supports Kubernetes 1.29 to 1.32, "
+        "and the cluster runs 1.33 (its KubeadmControlPlane)",
+        example="calico-legacy-claim",
+        step_input={
+            "clusterAPI": LEGACY_CLUSTER_API,
+            "charts": {
+                "calico": {
+                    "repository": "https://docs.tigera.io/calico/charts",
+                    "name": "tigera-operator",
+                    "version": "v3.29.7",
+                }
+            },
+        },
+    ),
+    Case(
+        "lbc-version-without-a-policy",
+        "spec.ingress.awsLoadBalancerController.version: aws-load-balancer-controller chart 1.6.2 "
+        "is not one the function has an IAM policy for (it knows 1.7.0 to 3.5.0): its IAM policy "
+        "goes with it, and the function has none for it",
+        {"ingress": {"awsLoadBalancerController": {"version": "1.6.2"}}},
+    ),
+    Case(
         "protect-cluster-legacy",
         "input.protectCluster: is only for namespaced ClusterPlugins",
         step_input={"protectCluster": True, "clusterAPI": LEGACY_CLUSTER_API},

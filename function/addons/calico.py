@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from function import compat
 from function.addons import cni, security_groups
-from function.addons.helm import release
+from function.addons.helm import chart_version, release
 from function.graph import (
     Addon,
     CallContext,
@@ -65,8 +66,17 @@ class CalicoSpec(AddonSpec):
         return v
 
 NAMESPACE = "tigera-operator"
-# tigera-operator v3.32+ no longer ships Calico's CRDs: they are a chart of their own.
-CRDS = Release("calico-crds-release", lambda charts: charts.calico_crds, NAMESPACE, "calico-crds")
+# tigera-operator v3.32+ no longer ships Calico's CRDs: they are a chart of their own,
+# installed first. Before it, the operator's chart carries them (crds/), and a move to v3.32
+# adopts the CRDs that chart left (takeOwnership) before the operator moves.
+CRDS_APART_SINCE = "v3.32.0"
+CRDS = Release(
+    "calico-crds-release",
+    lambda charts: charts.calico_crds,
+    NAMESPACE,
+    "calico-crds",
+    take_ownership=True,
+)
 OPERATOR = Release(
     cni.RELEASE, lambda charts: charts.calico, NAMESPACE, "tigera-operator", wait=True
 )
@@ -159,10 +169,24 @@ def ports(spec: CalicoSpec) -> tuple[PortNeed, ...]:
     return _ports(spec.encapsulation)
 
 
-_RELEASES = (
+_CRDS_APART = (
     CRDS.as_node(crds_release, (control_plane_initialized,)),
     OPERATOR.as_node(cni_release, (control_plane_initialized, after(CRDS.node))),
 )
+_CRDS_IN_THE_OPERATOR = (OPERATOR.as_node(cni_release, (control_plane_initialized,)),)
+
+
+def _crds_apart(ctx: CallContext, spec: CalicoSpec) -> bool:
+    """Whether Calico's CRDs are a Release of their own in this call."""
+    if ctx.observed.exists(CRDS.node):
+        # Never withdrawn while Calico is wanted: its uninstall would delete the CRDs, and
+        # with them every Calico object.
+        return True
+    try:
+        version = chart_version(ctx, OPERATOR, spec.version)
+    except MissingFactError:
+        return True  # nothing of Calico is composed before the control plane is read
+    return compat.at_least(version, CRDS_APART_SINCE)
 
 
 def plugin(ctx: CallContext) -> Plugin | None:
@@ -170,7 +194,8 @@ def plugin(ctx: CallContext) -> Plugin | None:
     spec = ADDON.spec(ctx.spec)
     if spec is None:
         return None
-    return Plugin(ADDON.name, (*_RELEASES, *security_groups.nodes(ctx, ports(spec))))
+    releases = _CRDS_APART if _crds_apart(ctx, spec) else _CRDS_IN_THE_OPERATOR
+    return Plugin(ADDON.name, (*releases, *security_groups.nodes(ctx, ports(spec))))
 
 
 ADDON = Addon(
@@ -179,6 +204,7 @@ ADDON = Addon(
     spec_path="spec.networking.calico",
     title="Calico",
     release=OPERATOR,
+    extra_releases=(CRDS,),
     owned_values=OWNED,
     ports=ports,
     usages=(Usage(OPERATOR.node, CRDS.node, "tigera-operator needs Calico's CRDs"),),

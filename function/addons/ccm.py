@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from function.addons.helm import release
+from function.addons.helm import chart_version, release
 from function.cluster import EKS_CONTROL_PLANE, ClusterFacts, minor_of
 from function.graph import (
     Addon,
@@ -121,7 +121,10 @@ def note(ctx: CallContext) -> str:
     pinned = isinstance(image, dict) and "tag" in image
     if pinned or not ctx.facts.control_plane_found or image_tag(version) is not None:
         return ""
-    chart = (spec.version if spec else None) or ctx.step.charts.cloud_controller_manager.version
+    try:
+        chart = chart_version(ctx, RELEASE, spec.version if spec else None)
+    except MissingFactError:
+        chart = "(its default)"
     low, high = min(IMAGE_TAGS), max(IMAGE_TAGS)
     return (
         f"Kubernetes {version or '(the control plane has no spec.version)'} is outside this "

@@ -64,8 +64,15 @@ WAIT_TIMEOUT = "10m0s"
 
 
 def chart_version(ctx: CallContext, decl: Release, version: str | None) -> str:
-    """The chart version ``decl`` installs: the XR's ``version``, else the step input's."""
-    return version or decl.chart(ctx.step.charts).version
+    """The chart version ``decl`` installs.
+
+    The XR's ``version``, else the Composition's (the step input's), else the default for the
+    cluster's Kubernetes minor (``CallContext.chart_default``).
+    """
+    if version:
+        return version
+    chart = decl.chart(ctx.step.charts)
+    return chart.version or ctx.chart_default(chart.name, decl.node)
 
 
 def release(
@@ -92,6 +99,8 @@ def release(
         "namespace": decl.namespace,
         "values": deep_merge(values, user_values or {}) if user_values else values,
     }
+    if decl.take_ownership:
+        for_provider["takeOwnership"] = True
     if decl.wait:
         # Readiness then means the workloads are up, not just "helm says deployed":
         # later stages (webhooks, CRD consumers) depend on them serving.

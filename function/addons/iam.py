@@ -150,13 +150,21 @@ def role_nodes(addon: Addon, *, pod_identity_mode: bool = False) -> tuple[Node, 
             {
                 "policy": custom.document(ctx, chart_versions(ctx, addon)),
                 "path": IAM_PATH,
-                "description": custom.description,
+                # IAM cannot change a policy's description (the provider would replace the
+                # attached policy): an existing one keeps what it was created with.
+                "description": _created_with(ctx, custom.node) or custom.description,
                 "tags": tags(ctx, role.iam_name),
             },
             external_name=ctx.names.policy(role.iam_name),
         )
 
     return (Node(custom.node, policy, (irsa.oidc_ready,)), *nodes)
+
+
+def _created_with(ctx: CallContext, policy: str) -> str | None:
+    """The description an observed policy was created with."""
+    observed = ctx.observed.get(policy)
+    return structs.str_at(observed, "spec", "forProvider", "description") if observed else None
 
 
 def chart_versions(ctx: CallContext, addon: Addon) -> tuple[str, ...]:

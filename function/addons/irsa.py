@@ -445,6 +445,7 @@ ADDON = Addon(
     "irsa",
     plugin,
     title="the IRSA issuer",
+    extra_releases=(CERT_MANAGER, WEBHOOK),
     status=status,
     condition=condition,
     usages=(

@@ -20,7 +20,12 @@ from function.graph import (
     Usage,
     Wait,
 )
-from function.policies import lbc_policy
+from function.policies import (
+    UnknownChartVersionError,
+    lbc_policy,
+    lbc_policy_version,
+    union_policy,
+)
 from function.spec_base import AddonSpec
 
 # --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------
@@ -38,8 +43,18 @@ RELEASE = Release(
 )
 
 
-def _policy_document(ctx: CallContext, _versions: tuple[str, ...]) -> str:
-    return lbc_policy(ctx.partition)
+def _policy_document(ctx: CallContext, versions: tuple[str, ...]) -> str:
+    """The upstream policy of each chart version's controller, as one (their union)."""
+    return union_policy(*(lbc_policy(ctx.partition, v) for v in versions))
+
+
+def version_problem(version: str) -> str | None:
+    """Why the function cannot give chart ``version`` its IAM policy, or None."""
+    try:
+        lbc_policy_version(version)
+    except UnknownChartVersionError as err:
+        return f"{err}: its IAM policy goes with it, and the function has none for it"
+    return None
 
 
 ROLE = Role(
@@ -49,7 +64,8 @@ ROLE = Role(
     policy=CustomPolicy(
         "lbc-policy",
         _policy_document,
-        "AWS Load Balancer Controller v3.5.0 (upstream iam_policy.json)",
+        "AWS Load Balancer Controller (upstream iam_policy.json of its chart's version)",
+        versioned=True,
     ),
 )
 OWNED = (
@@ -115,6 +131,7 @@ ADDON = Addon(
     owned_values=OWNED,
     ports=ports,
     makes_load_balancers=True,
+    version_problem=version_problem,
     usages=(
         Usage(
             RELEASE.node,

@@ -280,4 +280,10 @@ def cluster_problem(mode: IRSAMode, facts: ClusterFacts, region: str, charts: Ch
     return None
 
 
-ADDON = Addon("pod-identity-agent", plugin, title="the EKS Pod Identity agent", status=status)
+ADDON = Addon(
+    "pod-identity-agent",
+    plugin,
+    title="the EKS Pod Identity agent",
+    extra_releases=(AGENT,),
+    status=status,
+)

@@ -96,6 +96,15 @@ from function_tools import options
     "16:spec.networking.amazonVPC.version=1.21.1: a day-two upgrade. Repeatable.",
 )
 @click.option(
+    "--kubernetes-at",
+    "kubernetes",
+    default=None,
+    metavar="STEP=VERSION[+ROLL]",
+    help="Upgrade the control plane: its spec asks for Kubernetes VERSION before reconcile "
+    "STEP, and it runs it ROLL reconciles later (default 3), e.g. 20=v1.34.1. The charts that "
+    "follow the minor move after it, one at a time.",
+)
+@click.option(
     "--missing-chart",
     "missing_charts",
     multiple=True,
@@ -132,6 +141,7 @@ def simulate_cmd(
     delete_cluster_at: int | None,
     cluster_gone_after: int,
     changes: tuple[str, ...],
+    kubernetes: str | None,
     missing_charts: tuple[str, ...],
     seconds_per_reconcile: int,
     crossplane_v1: bool,
@@ -168,6 +178,7 @@ def simulate_cmd(
             delete_cluster_at=delete_cluster_at,
             cluster_gone_after=cluster_gone_after,
             changes=tuple(simulate.parse_change(c) for c in changes),
+            kubernetes=simulate.parse_kubernetes(kubernetes) if kubernetes else None,
             missing_charts=tuple(simulate.parse_missing_chart(m) for m in missing_charts),
             seconds_per_reconcile=seconds_per_reconcile,
         )
