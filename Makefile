@@ -28,11 +28,16 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 	$(DEMO_VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	touch $(DEMO_STAMP)
 
-# Ready, every condition True, then the Cluster deleted at reconcile 14 and gone at 18:
-# exits non-zero unless all of it holds (tests/test_simulate.py runs this command line).
+# Ready with the load balancer controller at chart 1.12.0, every condition True; at reconcile 20
+# its pin removed: its IAM policy grants 3.5.0's permissions too, the chart moves, soaks, the
+# policy narrows; then the Cluster deleted at reconcile 40 and gone at 44: exits non-zero unless
+# all of it holds (tests/test_simulate.py runs this command line).
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/function-cluster-plugin simulate examples/selfhosted-full/xr.yaml \
-		--required examples/selfhosted-full/required --delete-cluster-at 24 --steps 80
+		--required examples/selfhosted-full/required \
+		--set 1:spec.ingress.awsLoadBalancerController.version=1.12.0 \
+		--set 20:spec.ingress.awsLoadBalancerController.version=null \
+		--delete-cluster-at 40 --steps 100
 	@echo "That CLI is $(DEMO_VENV)/bin/function-cluster-plugin (the runtime alone);" \
 		"make test installs it with the aws extra and the dev tools into $(BIN)/."
 

@@ -981,11 +981,21 @@ def day_two_lines(sim: Simulation) -> list[str]:
             )
     if not any(" -> " in r or "Failed" in r or "Rolled" in r for r in rows):
         return []  # no upgrade was played: the installs alone say nothing new
-    changes = ", ".join(f"{c.step}:{'.'.join(c.path)}={c.value}" for c in sim.settings.changes)
+    changes = ", ".join(
+        f"{c.step}:{'.'.join(c.path)}={'null' if c.value is None else c.value}"
+        for c in sim.settings.changes
+    )
     head = "day two (status.plugins[]: upgrade phase, chart running -> moving to)"
     if changes:
         head += f"; spec changed at {changes}"
-    return [head, *rows]
+    # IAM moves with the chart: when each policy's spec changed (expand, then contract).
+    policies = [
+        f"{n.name} at {', '.join(map(str, n.changed))}"
+        for n in sim.ordered_nodes()
+        if n.kind == "Policy" and n.changed
+    ]
+    iam = [f"  IAM policies changed: {'; '.join(policies)}"] if policies else []
+    return [head, *rows, *iam]
 
 
 def _not_true_lines(rec: StepRecord, when: str) -> list[str]:

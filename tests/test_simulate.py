@@ -370,7 +370,14 @@ def test_make_demo_plays_the_deletion_and_says_every_condition_was_true() -> Non
     assert r.exit_code == 0, r.stdout
     out = r.stdout
     assert "XR Ready at reconcile: 12\n" in out
-    assert "XR conditions not True at reconcile 23 (the last before the deletion): none\n" in out
+    assert "XR conditions not True at reconcile 39 (the last before the deletion): none\n" in out
+    # One upgrade: the load balancer controller from 1.12.0 to 3.5.0, its IAM policy granting
+    # both first (20), the chart moved once it was ready (22), healthy after its soak and the
+    # policy narrowed (30).
+    assert "  reconcile  20  aws-load-balancer-controller: Healthy 1.12.0 -> 3.5.0" in out
+    assert "  reconcile  22  aws-load-balancer-controller: Upgrading 1.12.0 -> 3.5.0" in out
+    assert "  reconcile  30  aws-load-balancer-controller: Healthy 3.5.0 (last healthy 3.5.0)" in out
+    assert "  IAM policies changed: lbc-policy at 20, 30\n" in out
     assert "composed resources deleted: 45\n" in out
     assert (
         "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0\n" in out
