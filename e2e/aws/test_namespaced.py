@@ -57,7 +57,8 @@ from e2e.controlplane.checks import (
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.processes import Process
-from function.policies import DISCOVERY_KEY, JWKS_KEY
+from function.names import PARTITIONS
+from function.policies import DISCOVERY_KEY, JWKS_KEY, lbc_policy
 
 NAMESPACE = "team-w"
 EXAMPLE = "selfhosted-full"
@@ -74,6 +75,8 @@ def before(moto: Moto) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def demo(aws_control_plane: AwsControlPlane, aws_api: dict, aws_providers: Providers, moto: Moto, before: dict[str, Any]) -> Iterator[Composite]:
     composite = Composite(aws_control_plane, aws_providers, EXAMPLE, aws_api, NAMESPACE)
+    # Day two (test_iam_moves_with_the_chart): short soaks and deadlines.
+    composite.manifest["spec"]["upgradePolicy"] = {"soakSeconds": 5, "progressDeadlineSeconds": 45}
     converge(composite)
     yield composite
 
@@ -154,6 +157,84 @@ def test_the_provider_stays_quiet_after_convergence(demo: Composite, moto: Moto)
     assert len(calls) > len(aws_objects(demo)), "the provider did not poll at all"
     assert not writes, "\n".join(writes)
     assert not not_ready(demo), not_ready(demo)
+
+
+# --- day two: the load balancer controller's IAM policy moves with its chart ---------------------
+
+
+def _policy_grants(document: Any) -> str:
+    """Which controller's policy a document is: v2.12's, v2.13's, or a union of both."""
+    doc = json.loads(document) if isinstance(document, str) else document
+    for name, chart in (("v2.12", "1.12.0"), ("v2.13", "3.5.0")):
+        if doc == json.loads(lbc_policy(PARTITIONS["aws"], chart)):
+            return name
+    v13 = _actions_of(lbc_policy(PARTITIONS["aws"], "3.5.0"))
+    actions = {a for st in doc["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    return "v2.12+v2.13" if actions >= v13 else f"other ({len(actions)} actions)"
+
+
+def _actions_of(document: str) -> set[str]:
+    return {a for st in json.loads(document)["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+
+
+def _lbc_timeline(demo: Composite, moto: Moto, until: Any, timeout_s: float) -> list[tuple[float, str, str, str]]:
+    """(seconds, what moto's policy grants, the Release's chart in its spec, the plugin's
+    upgrade phase) at each change, polled until ``until(entry)``."""
+    seen: list[tuple[float, str, str, str]] = []
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        composed = demo.composed()
+        policy_arn = composed["lbc-policy"]["status"]["atProvider"]["arn"]
+        grants = _policy_grants(moto.policies()[policy_arn]["document"])
+        chart = composed["lbc-release"]["spec"]["forProvider"]["chart"]["version"]
+        entry = next(p for p in demo.xr()["status"]["plugins"] if p["name"] == "aws-load-balancer-controller")
+        row = (round(time.monotonic() - start, 1), grants, chart, entry.get("upgrade", ""))
+        if not seen or seen[-1][1:] != row[1:]:
+            seen.append(row)
+        if until(entry, row):
+            return seen
+        time.sleep(0.5)
+    msg = f"not done in {timeout_s:.0f}s: " + "; ".join(map(str, seen))
+    raise AssertionError(msg)
+
+
+def _set_lbc(demo: Composite, version: str | None) -> None:
+    xr = demo.xr()
+    assert xr is not None
+    patch = {"spec": {"ingress": {"awsLoadBalancerController": {"version": version}}}}
+    demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], patch, NAMESPACE)
+
+
+def test_iam_moves_with_the_chart_expand_then_contract_and_back(demo: Composite, moto: Moto) -> None:
+    """Where AWS sees it: moto's policy (its default version's document) beside the Release's
+    spec, on one timeline. From chart 1.12.0 (controller v2.12): an upgrade to 3.5.0 (v2.13)
+    that fails (the played chart repository lacks it) and is rolled back, then the same upgrade
+    retried once 3.5.0 can be had. Each time the policy grants v2.13's permissions before the
+    chart is 3.5.0, and narrows to one version's only once that version runs."""
+    _set_lbc(demo, "1.12.0")
+    _lbc_timeline(demo, moto, lambda e, row: row[1:] == ("v2.12", "1.12.0", "Healthy"), 300)
+
+    demo.providers.missing_charts.add(("aws-load-balancer-controller", "3.5.0"))
+    _set_lbc(demo, None)  # the default: 3.5.0
+    failed = _lbc_timeline(demo, moto, lambda e, row: row[3] == "RolledBack" and row[1] == "v2.12", 300)
+    print("\nupgrade to 3.5.0, which fails and is rolled back (s, moto's policy grants, Release chart, phase):\n  " + "\n  ".join(map(str, failed)))
+    first_3_5 = next(i for i, r in enumerate(failed) if r[2] == "3.5.0")
+    assert failed[first_3_5][1] == "v2.12+v2.13", failed  # expanded before the chart moved
+    back = next(i for i in range(first_3_5, len(failed)) if failed[i][2] == "1.12.0")
+    # The chart first, then the policy: it still grants v2.13's until 1.12.0 runs again.
+    assert failed[back][1] == "v2.12+v2.13", failed
+    assert failed[-1][1:] == ("v2.12", "1.12.0", "RolledBack"), failed
+
+    demo.providers.missing_charts.clear()
+    xr = demo.xr()
+    assert xr is not None
+    demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"metadata": {"annotations": {"clusterplugin.dev/retry-upgrade": "1"}}}, NAMESPACE)
+    healthy = _lbc_timeline(demo, moto, lambda e, row: row[1:] == ("v2.13", "3.5.0", "Healthy"), 300)
+    print("upgrade retried (s, moto's policy grants, Release chart, phase):\n  " + "\n  ".join(map(str, healthy)))
+    first_3_5 = next(i for i, r in enumerate(healthy) if r[2] == "3.5.0")
+    assert healthy[first_3_5][1] == "v2.12+v2.13", healthy
+    assert all(r[1] != "v2.13" for r in healthy[:first_3_5]), healthy
+    demo.wait_ready(timeout_s=300)
 
 
 def test_removing_a_plugin_deletes_exactly_its_aws_objects(demo: Composite, moto: Moto) -> None:

@@ -71,6 +71,12 @@ def _rv(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
+def _reported(obj: dict[str, Any]) -> bool:
+    """Whether the played provider has reported on the object's current generation."""
+    synced = next((c for c in obj.get("status", {}).get("conditions", []) if c.get("type") == "Synced"), None)
+    return synced is not None and synced.get("observedGeneration") == obj["metadata"].get("generation")
+
+
 def _ready(obj: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -111,6 +117,8 @@ class Providers:
         # Namespaces whose workload cluster is gone (provider-helm can no longer reach it);
         # "" for cluster-scoped Releases (legacy flavour).
         self.unreachable: set[str] = set()
+        # (chart, version) the played chart repository does not have.
+        self.missing_charts: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         self._ready: set[str] = set()
@@ -175,8 +183,8 @@ class Providers:
                     {"metadata": {"finalizers": [*meta.get("finalizers", []), PROVIDER_FINALIZER], "resourceVersion": meta["resourceVersion"]}},
                     namespace=meta.get("namespace"),
                 )
-            elif not _ready(obj) and not (obj["kind"] == "Release" and self._unreachable(obj)):
-                self._report_ready(obj)
+            elif not _reported(obj) and not (obj["kind"] == "Release" and self._unreachable(obj)):
+                self._report(obj)
         except ApiError as err:
             if err.status.code not in (404, 409):  # gone, or changed since: the next event retries
                 with self._lock:
@@ -185,15 +193,31 @@ class Providers:
     def _unreachable(self, release: dict[str, Any]) -> bool:
         return release["metadata"].get("namespace", "") in self.unreachable
 
-    def _report_ready(self, obj: dict[str, Any]) -> None:
+    def _report(self, obj: dict[str, Any]) -> None:
+        """What the provider says of the object's current spec (its generation): Ready and
+        Synced, stamped with that generation as crossplane-runtime stamps them; a Release of a
+        chart version the repository lacks (``missing_charts``) is not installed or upgraded:
+        Synced=False with provider-helm's message, what helm runs unchanged."""
         meta = obj["metadata"]
-        status = {
+        generation = meta.get("generation")
+        status: dict[str, Any] = {
             "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": NOW},
-                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess", "lastTransitionTime": NOW},
+                {"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": NOW, "observedGeneration": generation},
+                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess", "lastTransitionTime": NOW, "observedGeneration": generation},
             ],
             "atProvider": _at_provider(obj, self.region),
         }
+        chart = obj.get("spec", {}).get("forProvider", {}).get("chart", {}) if obj["kind"] == "Release" else {}
+        if (chart.get("name"), chart.get("version")) in self.missing_charts:
+            message = (
+                f'failed to upgrade release: failed to load chart: chart "{chart.get("name")}" version '
+                f'"{chart.get("version")}" not found in {chart.get("repository")} repository'
+            )
+            status["conditions"] = [
+                {"type": "Ready", "status": "False", "reason": "Unavailable", "lastTransitionTime": NOW, "observedGeneration": generation},
+                {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": message, "lastTransitionTime": NOW, "observedGeneration": generation},
+            ]
+            status["atProvider"] = obj.get("status", {}).get("atProvider", {})
         updated = self.kube.patch_status(
             obj["apiVersion"],
             obj["kind"],
@@ -201,7 +225,8 @@ class Providers:
             {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},
             namespace=meta.get("namespace"),
         )
-        self._record("ready", updated)
+        if _ready(updated):
+            self._record("ready", updated)
 
     def _delete(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
