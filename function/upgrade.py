@@ -331,12 +331,22 @@ def _last_healthy(obj: struct_pb2.Struct) -> struct_pb2.Struct | None:
     return out
 
 
-def _to_json(for_provider: struct_pb2.Struct) -> str:
-    return json.dumps(
-        structs.to_python(struct_pb2.Value(struct_value=for_provider)),
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+def _to_json(for_provider: struct_pb2.Struct, written: struct_pb2.Struct) -> str:
+    """The spec that ran healthy, as the function wrote it, for the record.
+
+    The fields it writes (``written``'s), without what the API server or provider-helm added
+    (maxHistory's default, an empty chart.pullSecretRef): writing it back is what the function
+    once wrote.
+    """
+    have = structs.to_python(struct_pb2.Value(struct_value=for_provider))
+    wrote = structs.to_python(struct_pb2.Value(struct_value=written))
+    assert isinstance(have, dict) and isinstance(wrote, dict)  # noqa: S101  # Structs
+    kept = {k: v for k, v in have.items() if k in wrote}
+    chart = kept.get("chart")
+    if isinstance(chart, dict):
+        ours = {"name", "repository", "version", *wrote.get("chart", {})}
+        kept["chart"] = {k: v for k, v in chart.items() if k in ours}
+    return json.dumps(kept, separators=(",", ":"), sort_keys=True)
 
 
 def _emit(
@@ -639,7 +649,7 @@ def _steady(
     call.in_flight = node.name
     moving = Record(Phase.UPGRADING, rfc3339(call.now), to, target)
     # What ran healthy before, to come back to: the spec it holds (unless that failed).
-    lh_json = last_healthy or _to_json(fp)
+    lh_json = last_healthy or _to_json(fp, want)
     return Decision(
         node.name,
         _emit(desired, want, moving, lh_json),
