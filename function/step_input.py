@@ -63,8 +63,9 @@ class ChartSource(StrictModel):
         description=(
             "Chart version, e.g. 1.22.4 or v3.32.1: pins it for every ClusterPlugin of the "
             "Composition. Unset: the newest version this function was tested with that its "
-            "add-on documents for the cluster's Kubernetes minor (docs/architecture.md, "
-            "Kubernetes compatibility); it moves when the control plane's minor does."
+            "add-on documents for the cluster's Kubernetes minor (see the section Kubernetes "
+            "compatibility of docs/architecture.md); it moves when the control plane's minor "
+            "does."
         ),
         json_schema_extra={"pattern": CHART_VERSION.pattern},
     )

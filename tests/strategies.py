@@ -35,7 +35,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from function import accept, fn
+from function import accept, compat, fn, policies
 from function_tools.in_memory_crossplane import set_control_plane
 from tests.kube_schema import validate, validate_values
 from tests.scenarios import example
@@ -238,6 +238,38 @@ CHART_VERSIONS = st.one_of(
     st.sampled_from(["1.22.4", "v3.32.1", "2.64.0", "4.4.1", "3.5.0", "0.0.1", "10.20.30-rc.1"]),
     st.builds(lambda a, b, c: f"{a}.{b}.{c}", *(st.integers(0, 99),) * 3),
 )
+# The examples' clusters (every drawn cluster is made from them) run Kubernetes 1.33.
+CLUSTER_MINOR = (1, 33)
+# A pin the add-on documents for other minors only is refused (tests/test_refusals.py); a version
+# the compatibility table does not know is not judged.
+ADDON_CHARTS = {
+    "vpcCni": "aws-vpc-cni",
+    "calico": "tigera-operator",
+    "ebs": "aws-ebs-csi-driver",
+    "efs": "aws-efs-csi-driver",
+    "lbc": "aws-load-balancer-controller",
+    "loadBalancerController": "aws-load-balancer-controller",
+}
+
+
+def _runs_on_the_cluster(chart: str) -> Callable[[str], bool]:
+    def ok(version: str) -> bool:
+        documented = compat.supported(chart, version)
+        return documented is None or CLUSTER_MINOR in documented
+
+    return ok
+
+
+def chart_versions(key: str) -> st.SearchStrategy[str]:
+    """Versions a valid spec may pin for the add-on (or Input chart) ``key``."""
+    chart = ADDON_CHARTS.get(key)
+    if chart == "aws-load-balancer-controller":
+        # Its IAM policy goes with its chart version: only the versions the function has a
+        # policy for are accepted.
+        return st.sampled_from([v for v in policies.lbc_chart_versions() if _runs_on_the_cluster(chart)(v)])
+    return CHART_VERSIONS if chart is None else CHART_VERSIONS.filter(_runs_on_the_cluster(chart))
+
+
 REGIONS = ["us-east-1", "eu-west-1", "ap-southeast-2", "cn-north-1", "us-gov-west-1"]
 PARTITION = {"cn-north-1": "aws-cn", "us-gov-west-1": "aws-us-gov"}
 
@@ -268,7 +300,7 @@ def addon(draw: st.DrawFn, key: str) -> dict[str, Any]:
     """One add-on block: optional version and values."""
     out: dict[str, Any] = {}
     if draw(st.booleans()):
-        out["version"] = draw(CHART_VERSIONS)
+        out["version"] = draw(chart_versions(key))
     values = draw(SAFE_VALUES.get(key, _free_values()))
     if values or draw(st.booleans()):
         out["values"] = values
@@ -429,7 +461,7 @@ def step_inputs(draw: st.DrawFn) -> dict[str, Any]:
                 )
             ),
             "name": "chart-" + chart.lower(),
-            "version": draw(CHART_VERSIONS),
+            "version": draw(chart_versions(chart)),
         }
         if draw(st.booleans()):
             src["pullSecretRef"] = {"name": "registry", "namespace": "crossplane-system"}

@@ -126,7 +126,9 @@ def test_every_vendored_version_is_in_the_table() -> None:
 
 def test_the_cloud_controller_managers_range_is_its_image_tags() -> None:
     """The CCM chart supports the minors the function has a cloud-provider-aws release for."""
-    rng = compat.supported("aws-cloud-controller-manager", Charts().cloud_controller_manager.version)
+    version = compat.newest_default("aws-cloud-controller-manager")
+    assert version is not None
+    rng = compat.supported("aws-cloud-controller-manager", version)
     assert rng is not None
     assert (rng.low, rng.high) == (min(ccm.IMAGE_TAGS), max(ccm.IMAGE_TAGS))
     assert sorted(ccm.IMAGE_TAGS) == [(1, m) for m in range(rng.low[1], rng.high[1] + 1)]  # type: ignore[index]

@@ -207,13 +207,14 @@ def test_a_deletion_settles_in_few_reconciles() -> None:
         assert sim.orphaned_at == sim.deletion_recorded_at + 1
         drops = {step for step, _ in sim.deletions}
         # Deleted at 24 (Ready at 12, the VPC CNI's IRSA restart soaked by 17). Gone from 28:
-        # seen gone at 28, confirmed at 29, withdrawn from 29 in the full example's nine
+        # seen gone at 28, confirmed at 29, withdrawn from 29 in the full example's eleven
         # layers: users (gone from the API server three reconciles after their deletion), their
         # Usages (held one more by their finalizers), what they used. 29 the Releases and what
-        # no Usage names a user of, 33 their Usages, 35 the roles, cert-manager and the bucket,
-        # 39 their Usages, 41 the CNI, 45 its Usage, 47 its role, 51 its Usage of the OIDC
-        # provider, 53 the provider.
-        assert drops == {29, 33, 35, 39, 41, 45, 47, 51, 53}
+        # no Usage names a user of, 33 their Usages, 35 the add-ons' role attachments,
+        # cert-manager and the bucket, 39 their Usages, 41 the CNI and the add-ons' roles, 45
+        # their Usages, 47 the CNI's attachment, 51 its Usage, 53 its role, 57 its Usage of the
+        # OIDC provider, 59 the provider.
+        assert drops == {29, 33, 35, 39, 41, 45, 47, 51, 53, 57, 59}
         assert sim.deleted_in_use == [] and sim.left == []
 
 
@@ -458,10 +459,10 @@ def test_simulate_plays_a_deletion_from_the_command_line(tmp_path) -> None:
     timeline = {line.split()[0]: line.split() for line in result.output.splitlines() if line}
     assert timeline["ebs-release"][-2:] == ["29", "forgotten"]
     assert timeline["cni-release"][-2:] == ["41", "forgotten"]
-    assert timeline["irsa-oidc-provider"][-1] == "53"
+    assert timeline["irsa-oidc-provider"][-1] == "59"
     assert (
-        "  over reconciles 29-53: 15, 0, 0, 0, 15, 0, 6, 0, 0, 0, 4, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, "
-        "0, 1, 0, 1\n"
+        "  over reconciles 29-59: 11, 0, 0, 0, 13, 0, 5, 0, 0, 0, 5, 0, 5, 0, 0, 0, 5, 0, 1, 0, 0, "
+        "0, 1, 0, 1, 0, 0, 0, 1, 0, 1\n"
     ) in result.output
     assert "  deleted while a Usage of it or its user was still there: none\n" in result.output
     assert result.output.rstrip().endswith(
@@ -491,12 +492,12 @@ LAST_LAYER_CUT_SHORT = (
 
 
 def test_simulate_fails_a_run_that_ends_while_the_last_layer_is_still_being_deleted() -> None:
-    """Crossplane observes nothing from reconcile 54, but the OIDC provider it deleted at 53
-    is in the API server through 56: the function says ClusterDeleted at 57, not before."""
+    """Crossplane observes nothing from reconcile 60, but the OIDC provider it deleted at 59
+    is in the API server through 62: the function says ClusterDeleted at 63, not before."""
     xr, required = example("selfhosted-full")
     for steps, problems in [
-        (56, [LAST_LAYER_CUT_SHORT]),
-        (57, []),
+        (62, [LAST_LAYER_CUT_SHORT]),
+        (63, []),
     ]:
         sim = simulate.Simulator(
             xr, required, settings=simulate.Settings(steps=steps, delete_cluster_at=24)

@@ -157,14 +157,17 @@ def _composition_charts(path: Path) -> dict[str, dict[str, str]]:
 
 
 def test_every_default_chart_version_has_its_vendored_package():
-    """Each chart source of the Input (every field of Charts) is vendored at its default
-    version, and both Compositions name that same version: bumping a default without
+    """Each chart source of the Input (every field of Charts) pins no version: its default is
+    the compatibility table's for the cluster's Kubernetes minor, and every such default is
+    vendored (the newest in tests/fixtures/charts, older ones in older-charts). Both
+    Compositions name the same chart without a version. Making a version a default without
     vendoring its chart fails here."""
     vendored = vendored_charts()
     compositions = {
         p: _composition_charts(p) for p in (ROOT / "apis/v1/composition.yaml", ROOT / "apis/v2/composition.yaml")
     }
-    missing, differ, without_default = [], [], []
+    minors = [(1, m) for m in range(20, 40)]
+    missing, differ, without_default, defaults = [], [], [], {}
     for attr, info in Charts.model_fields.items():
         default = info.default
         key = info.alias or attr
@@ -177,14 +180,18 @@ def test_every_default_chart_version_has_its_vendored_package():
                     differ.append(f"{path.relative_to(ROOT)} charts.{key}: {charts[key]} != none")
             continue
         assert isinstance(default, ChartSource), attr
-        if (default.name, default.version) not in vendored:
-            missing.append(f"charts.{key}: {default.name} {default.version}")
+        assert default.version is None, f"charts.{key} pins {default.version}: the minor's default is meant"
+        versions = {v for m in minors if (v := compat.default_version(default.name, m)) is not None}
+        defaults[key] = versions
+        missing += [f"charts.{key}: {default.name} {v}" for v in sorted(versions) if (default.name, v) not in vendored]
         for path, charts in compositions.items():
             named = charts.get(key, {})
-            if (named.get("name"), named.get("version")) != (default.name, default.version):
-                differ.append(f"{path.relative_to(ROOT)} charts.{key}: {named} != {default.name} {default.version}")
-    assert not missing, f"no vendored package in {CHART_DIR} for " + ", ".join(missing)
+            if (named.get("name"), named.get("version")) != (default.name, None):
+                differ.append(f"{path.relative_to(ROOT)} charts.{key}: {named} != {default.name}, no version")
+    assert not missing, "no vendored package for " + ", ".join(missing)
     assert not differ, "\n".join(differ)
+    assert all(defaults.values()), {k: v for k, v in defaults.items() if not v}
+    assert defaults["certManager"] == {"v1.18.6", "v1.20.3", "v1.21.1"}
     assert without_default == ["podIdentityAgent"]
     assert ("eks-pod-identity-agent", "1.2.0") in vendored
     assert len(Charts.model_fields) >= 8

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import policies
+from function import compat, policies
 from function.names import PARTITIONS, Partition
 from function.policies import (
     LBC_DEFAULT_CHART_VERSION,
@@ -118,7 +118,7 @@ def test_chart_versions_follow_the_published_charts() -> None:
         assert row["policy"] == want, (chart, row)
         assert lbc_app_version(chart) == row["app"]
         assert lbc_policy_version(chart) == want
-    assert LBC_DEFAULT_CHART_VERSION == Charts().load_balancer_controller.version
+    assert LBC_DEFAULT_CHART_VERSION == compat.newest_default(Charts().load_balancer_controller.name)
 
 
 def test_lbc_policy_is_the_minified_file_of_the_chart_version() -> None:

@@ -203,6 +203,9 @@ def test_long_names_fit_their_limits(case: Case) -> None:
     """63-character namespaces and cluster names, 15-20 character prefixes: every name fits."""
     # Names only: make sure every name-bearing node is reached.
     case.spec.setdefault("storage", {})["ebs"] = {}
+    calico = case.spec.get("networking", {}).get("calico")
+    if calico is not None:
+        calico.setdefault("cidr", "192.168.0.0/16")  # without one (and none on the Cluster) it is Blocked
     world, errors = _play(case)
     assert not errors, "\n".join(errors[:15])
     kinds = {c.obj["kind"] for c in world.composed.values()}

@@ -341,7 +341,7 @@ def test_a_deletion_run_fails_when_the_cluster_was_not_usable_before_it(tmp_path
         "SecurityGroupsReady=False (IngressRulesMissing)\n"
     ) in out
     # The deletion itself went well, and is still reported.
-    assert "composed resources deleted: 45\n" in out
+    assert "composed resources deleted: 49\n" in out
     assert "OK" not in out
 
 
@@ -378,7 +378,7 @@ def test_make_demo_plays_the_deletion_and_says_every_condition_was_true() -> Non
     assert "  reconcile  22  aws-load-balancer-controller: Upgrading 1.12.0 -> 3.5.0" in out
     assert "  reconcile  30  aws-load-balancer-controller: Healthy 3.5.0 (last healthy 3.5.0)" in out
     assert "  IAM policies changed: lbc-policy at 20, 30\n" in out
-    assert "composed resources deleted: 45\n" in out
+    assert "composed resources deleted: 49\n" in out
     assert (
         "Releases uninstalled: 0, hanging in an uninstall: 0; composed resources left: 0\n" in out
     )
