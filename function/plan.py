@@ -755,7 +755,39 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     kept.update(r.name for r in plan.resources[withdrawn_until:])
     withdrawing = [n for n in ctx.observed.names() if n not in kept]
 
-    sg = registry.ports_report(ctx, emit.emitted)
+    _report(
+        ctx,
+        plan,
+        plugins,
+        assessment=assessment,
+        upgrades=upgrades,
+        emitted=emit.emitted,
+        withdrawing=withdrawing,
+    )
+    summary = upgrades.summary
+    # The XR is not ready while its cluster goes away, whatever its plugins say.
+    plan.held_back = plan.held_back or assessment.hold_new
+    plan.all_ready = (
+        not plan.held_back
+        and all(p.phase == READY for p in plan.plugins)
+        and summary not in upgrade.IN_FLIGHT
+    )
+    _transitions(xr, plan)
+    return plan
+
+
+def _report(
+    ctx: CallContext,
+    plan: Plan,
+    plugins: list[Plugin],
+    *,
+    assessment: deletion.Assessment,
+    upgrades: upgrade.Upgrades,
+    emitted: set[str],
+    withdrawing: list[str],
+) -> None:
+    """The plan's conditions and status, from what the call decided."""
+    sg = registry.ports_report(ctx, emitted)
     plan.conditions = [
         _deleting_summary(ctx, assessment)
         if assessment.hold_new
@@ -772,22 +804,12 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     plan.conditions += [a.condition(ctx, phases) for a in ADDONS if a.condition is not None]
     plan.conditions.append(_charts_healthy(upgrades))
     plan.status = _status(ctx, plugins, plan.plugins)
-    summary = upgrades.summary
-    if summary is not None:
-        plan.status["upgrade"] = str(summary)
+    if upgrades.summary is not None:
+        plan.status["upgrade"] = str(upgrades.summary)
     plan.due_in = upgrades.due_in
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
-    # The XR is not ready while its cluster goes away, whatever its plugins say.
-    plan.held_back = plan.held_back or assessment.hold_new
-    plan.all_ready = (
-        not plan.held_back
-        and all(p.phase == READY for p in plan.plugins)
-        and summary not in upgrade.IN_FLIGHT
-    )
-    _transitions(xr, plan)
-    return plan
 
 
 def _upgrades(
