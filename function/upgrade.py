@@ -331,6 +331,13 @@ def _last_healthy(obj: struct_pb2.Struct) -> struct_pb2.Struct | None:
     return out
 
 
+def _as_written(for_provider: struct_pb2.Struct, desired: struct_pb2.Struct) -> struct_pb2.Struct:
+    """The observed ``for_provider`` with only the fields the function writes (``_to_json``)."""
+    out = struct_pb2.Struct()
+    structs.fill(out, json.loads(_to_json(for_provider, _for_provider(desired))))
+    return out
+
+
 def _to_json(for_provider: struct_pb2.Struct, written: struct_pb2.Struct) -> str:
     """The spec that ran healthy, as the function wrote it, for the record.
 
@@ -768,7 +775,11 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
         # Healthy since the provider said Ready (its condition's lastTransitionTime), so the
         # record does not depend on when it is first written.
         since = _ready_since(seen.obj) or rfc3339(call.now)
-        record = Record(Phase.HEALTHY, since, _chart_version(fp), digest(fp))
+        # Known by the spec as the function wrote it, as a move's target is (not with what
+        # the API server and provider-helm added to it).
+        record = Record(
+            Phase.HEALTHY, since, _chart_version(fp), digest(_as_written(fp, desired))
+        )
     return _steady(call, release, record)
 
 
