@@ -26,6 +26,7 @@ _MINOR = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?")
 _ANY_PATCH = 1 << 31
 
 
+@functools.lru_cache(maxsize=1024)
 def _version_key(version: str) -> tuple[int, int, int, int] | None:
     """A chart version's order (a pre-release before its release), or None if not one."""
     m = _VERSION.match(version)
@@ -36,6 +37,7 @@ def _version_key(version: str) -> tuple[int, int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), patch, 0 if pre else 1)
 
 
+@functools.lru_cache(maxsize=1024)
 def minor_of(version: str) -> Minor | None:
     """(major, minor) of a Kubernetes version or minor: ``v1.33.2``, ``1.33``."""
     m = _MINOR.match(version)
@@ -207,12 +209,14 @@ def newest_default(chart: str) -> str | None:
     return entry.defaults[max(entry.defaults)]
 
 
+@functools.lru_cache(maxsize=1024)
 def newer(a: str, b: str) -> bool:
     """Whether chart version ``a`` comes after ``b`` (False when either is not a version)."""
     ka, kb = _version_key(a), _version_key(b)
     return ka is not None and kb is not None and ka > kb
 
 
+@functools.lru_cache(maxsize=1024)
 def at_least(version: str, first: str) -> bool:
     """Whether chart version ``version`` is ``first`` or later (False when not a version)."""
     kv, kf = _version_key(version), _version_key(first)

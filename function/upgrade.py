@@ -362,18 +362,29 @@ def _emit(
     record: Record | None,
     last_healthy: str | None,
 ) -> struct_pb2.Struct:
-    """The Release to emit: the desired one with ``for_provider`` and the memory annotations."""
-    out = struct_pb2.Struct()
-    out.CopyFrom(desired)
-    spec = out.fields["spec"].struct_value
-    if for_provider is not _for_provider(desired):
+    """The Release to emit: the desired one with ``for_provider`` and the memory annotations.
+
+    ``desired`` is this call's own (built for it): with its own spec it is annotated in place
+    (the common case, on the hot path), with another spec a copy is made.
+    """
+    if for_provider is _for_provider(desired):
+        out = desired
+    else:
+        out = struct_pb2.Struct()
+        out.CopyFrom(desired)
+        spec = out.fields["spec"].struct_value
         spec.fields["forProvider"].struct_value.Clear()
         spec.fields["forProvider"].struct_value.CopyFrom(for_provider)
     annotations = out.fields["metadata"].struct_value.fields["annotations"].struct_value
+    fields = annotations.fields
     if record is not None:
-        annotations.fields[RECORD_ANNOTATION].string_value = _record_json(record)
+        fields[RECORD_ANNOTATION].string_value = _record_json(record)
+    elif RECORD_ANNOTATION in fields:
+        del fields[RECORD_ANNOTATION]  # annotated in place before, in this call
     if last_healthy:
-        annotations.fields[LAST_HEALTHY_ANNOTATION].string_value = last_healthy
+        fields[LAST_HEALTHY_ANNOTATION].string_value = last_healthy
+    elif LAST_HEALTHY_ANNOTATION in fields:
+        del fields[LAST_HEALTHY_ANNOTATION]
     return out
 
 
