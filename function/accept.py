@@ -37,6 +37,7 @@ from function.compat import minor_of
 from function.flavour import XR_TYPES, Flavour
 from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
+from function.rollout.target import RolloutTarget
 from function.spec import ClusterPluginSpec, parse_input, parse_spec
 from function.spec_base import CROSSPLANE_SPEC_FIELDS, REGION, InvalidInputError, IRSAMode
 from function.step_input import ChartSource, StepInput
@@ -62,8 +63,17 @@ class Accepted:
     port_needs: tuple[PortNeed, ...]
     lookup: Lookup  # what to ask Crossplane for and read: the cluster's objects, its key
 
-    def context(self, facts: ClusterFacts, observed: Observed, now: float = 0.0) -> CallContext:
-        """What the add-ons' builders and gates read during one call (``now``: its clock)."""
+    def context(
+        self,
+        facts: ClusterFacts,
+        observed: Observed,
+        now: float = 0.0,
+        rollout: RolloutTarget | None = None,
+    ) -> CallContext:
+        """What the add-ons' builders and gates read during one call (``now``: its clock).
+
+        ``rollout``: the rollout that selects the XR (``function/rollout/pull.py``).
+        """
         return CallContext(
             self.spec,
             self.step,
@@ -75,6 +85,7 @@ class Accepted:
             wants_irsa=self.wants_irsa,
             port_needs=self.port_needs,
             now=now,
+            rollout=rollout,
         )
 
 
@@ -382,6 +393,11 @@ def accept_step_input(step_input: Mapping[str, Any] | None) -> StepInput:
     return _parse_input(
         resource.dict_to_struct(dict(step_input or {})).SerializeToString(deterministic=True)
     )
+
+
+def accept_step_input_struct(step_input: struct_pb2.Struct) -> StepInput:
+    """The step input of a request, judged (cached as for an XR's)."""
+    return _parse_input(step_input.SerializeToString(deterministic=True))
 
 
 def cache_clear() -> None:

@@ -71,8 +71,11 @@ class Selector:
         sel.kind = self.kind
         if self.match_name is not None:
             sel.match_name = self.match_name
-        else:
+        elif self.match_labels:
             sel.match_labels.labels.update(dict(self.match_labels))
+        else:
+            # No label: every object of the kind (an empty label selector lists them all).
+            sel.match_labels.SetInParent()
         if self.namespace is not None:
             sel.namespace = self.namespace
 
@@ -180,6 +183,8 @@ class ClusterFacts:
     cluster_ref: tuple[str, str, str] | None = None
     # "<Kind> <namespace>/<name>" of the first of the cluster's objects being deleted.
     deleting: str | None = None
+    # Cluster.spec.paused: Cluster API reconciles nothing of it (a rollout skips it).
+    paused: bool = False
     # The objects as read, for what only the local tools ask (external_resource_gc).
     control_plane: struct_pb2.Struct | None = None
     infrastructure: struct_pb2.Struct | None = None
@@ -671,6 +676,7 @@ def read_facts(
         cluster_uid=_cluster_uid(cluster, (cp, infra), cluster_name),
         cluster_ref=cluster_ref,
         deleting=_deleting((cluster, cp, infra)),
+        paused=cluster is not None and bool(structs.bool_at(cluster, "spec", "paused")),
         control_plane=cp,
         infrastructure=infra,
     )

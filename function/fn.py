@@ -1,10 +1,7 @@
-"""The composition function runner: request in, response out.
+"""The composition function runner: request in, response out (docs/architecture.md).
 
-``accept`` judges the XR and its input, ``cluster`` reads the cluster's facts,
-``plan`` decides the desired state; this module only writes the answer. ``run``
-is synchronous and pure; ``FunctionRunner.RunFunction`` is the gRPC entry point
-``serve`` registers. ``render`` and ``simulate`` call ``run`` too, so what they
-print is what Crossplane would get.
+``accept`` judges, ``cluster`` reads the cluster, ``plan`` decides; a ClusterPluginRollout
+goes to ``rollout.answer``. ``run`` is pure; ``FunctionRunner`` is what ``serve`` registers.
 """
 
 from __future__ import annotations
@@ -22,6 +19,9 @@ from function import accept, cluster, structs
 from function.flavour import carried_over
 from function.graph import Observed
 from function.plan import Plan, build_plan
+from function.rollout import answer as rollout
+from function.rollout import pull
+from function.rollout.spec import KIND as ROLLOUT_KIND
 from function.spec_base import InvalidInputError
 from function.step_input import StepInput
 
@@ -87,6 +87,7 @@ class Answer(NamedTuple):
     plan: Plan | None = None
     # The field a FATAL result names (InvalidInputError.field), else None.
     invalid_field: str | None = None
+    rolled_out: rollout.RolloutStatus | None = None  # a ClusterPluginRollout's decision
 
 
 def run(
@@ -106,12 +107,16 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = No
         if structs.struct_at(xr, "spec", "claimRef")
         else fnv1.TARGET_COMPOSITE
     )
+    now = time.time() if now is None else now
     try:
+        if structs.str_at(xr, "kind") == ROLLOUT_KIND:
+            return Answer(rsp, rolled_out=rollout.answer(req, rsp, now))
         accepted = accept.accept_xr(xr, req.input)
     except InvalidInputError as err:
         return _refused(rsp, err, target, log)
     asked = cluster.requirements(req, accepted.lookup)
     facts = cluster.read_facts(req, accepted.lookup, asked)
+    asked, followed = pull.follow(req, xr, accepted, facts, asked)
     try:
         accept.refuse_for_cluster(
             accepted, facts, accept.recorded_issuer(xr), req.observed.resources
@@ -126,7 +131,7 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = No
         cluster.usages_in_api(req, usages_namespace),
         cluster.found_by_name(req, usages_namespace),
     )
-    plan = build_plan(accepted.context(facts, observed, time.time() if now is None else now), xr)
+    plan = build_plan(accepted.context(facts, observed, now, followed), xr)
     _write(rsp, plan, accepted.step, target)
     asked.adding(plan.requirements).write(rsp.requirements)
     if log is not None and plan.results:

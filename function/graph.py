@@ -24,6 +24,7 @@ from function.cluster import ClusterFacts
 from function.compat import minor_of
 from function.flavour import Flavour
 from function.names import Names, Partition, partition_of
+from function.rollout.target import RolloutTarget
 from function.spec_base import IRSAMode, spec_getter
 from function.step_input import Charts, ChartSource, StepInput
 
@@ -547,6 +548,9 @@ class CallContext:
     # Releases given a new spec in this call: what is observed of them is the old one's, so
     # nothing gated on them may go ahead in this call.
     moving: frozenset[str] = frozenset()
+    # The rollout that selects the XR (function/rollout/pull.py): an admitted cluster's chart
+    # versions and values come from its target; the planner writes its report.
+    rollout: RolloutTarget | None = None
 
     # --- facts that builders need, raising MissingFactError when unknown ----
 

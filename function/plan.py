@@ -526,6 +526,8 @@ def _status(
     if roles:
         status["roleARNs"] = roles
     status["plugins"] = [s.as_dict() for s in statuses]
+    if ctx.rollout is not None:  # which rollout, wave and revision, and how it runs here
+        status["rollout"] = ctx.rollout.report(statuses)
     return status
 
 

@@ -314,6 +314,7 @@ def _field_path(prefix: str, loc: tuple[int | str, ...]) -> str:
 
 
 _SCHEMAS = {"spec": "the ClusterPlugin schema", "input": "the Input schema"}
+_ROOT_SCHEMAS = {"RolloutSpec": "the ClusterPluginRollout schema"}
 
 
 def _unknown_field(prefix: str, root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
@@ -329,7 +330,8 @@ def _unknown_field(prefix: str, root: type[BaseModel], loc: tuple[int | str, ...
     close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     if close:
         return f"unknown field (did you mean {close[0]}?)"
-    return f"unknown field (check the spelling against {_SCHEMAS[prefix]})"
+    schema = _ROOT_SCHEMAS.get(root.__name__, _SCHEMAS[prefix])
+    return f"unknown field (check the spelling against {schema})"
 
 
 def _problem(prefix: str, root: type[BaseModel], e: ErrorDetails) -> tuple[str, str]:
@@ -348,8 +350,8 @@ def _problem(prefix: str, root: type[BaseModel], e: ErrorDetails) -> tuple[str, 
     return field, msg
 
 
-def _invalid(prefix: str, root: type[BaseModel], err: ValidationError) -> InvalidInputError:
-    """Every problem pydantic found, in its order, each naming its field."""
+def invalid_input(prefix: str, root: type[BaseModel], err: ValidationError) -> InvalidInputError:
+    """Every problem pydantic found, in its order, each naming its field (under ``prefix``)."""
     problems: list[tuple[str, str]] = []
     for e in err.errors(include_url=False):
         problem = _problem(prefix, root, e)
@@ -364,7 +366,7 @@ def parse_spec(spec: dict[str, Any]) -> ClusterPluginSpec:
     try:
         return ClusterPluginSpec.model_validate(ours)
     except ValidationError as err:
-        raise _invalid("spec", ClusterPluginSpec, err) from None
+        raise invalid_input("spec", ClusterPluginSpec, err) from None
 
 
 def parse_input(raw: dict[str, Any] | None) -> StepInput:
@@ -372,4 +374,4 @@ def parse_input(raw: dict[str, Any] | None) -> StepInput:
     try:
         return StepInput.model_validate(raw or {})
     except ValidationError as err:
-        raise _invalid("input", StepInput, err) from None
+        raise invalid_input("input", StepInput, err) from None

@@ -287,6 +287,28 @@ INPUT_KIND = "Input"
 INPUT_API_VERSION = f"{INPUT_GROUP}/{INPUT_VERSION}"
 
 
+class Fleet(StrictModel):
+    """Rolling out across a fleet (README, "Rolling out across a fleet")."""
+
+    rollouts: bool = Field(
+        default=False,
+        description=(
+            "ClusterPlugins: ask Crossplane for every ClusterPluginRollout and follow the one "
+            "that selects the XR. Turn it on only where the ClusterPluginRollout XRD is "
+            "installed (the Configurations ship both): without it Crossplane cannot list the "
+            "kind and every reconcile fails."
+        ),
+    )
+    cluster_plugin_kind: Literal["ClusterPlugin", "XClusterPlugin"] = Field(
+        default="ClusterPlugin",
+        alias="clusterPluginKind",
+        description=(
+            "ClusterPluginRollouts: the composite kind they select, ClusterPlugin (Crossplane "
+            "v2, namespaced) or XClusterPlugin (legacy)."
+        ),
+    )
+
+
 class StepInput(StrictModel):
     """The function's step input (``fn.clusterplugin.dev/v1alpha1``, kind ``Input``)."""
 
@@ -348,6 +370,10 @@ class StepInput(StrictModel):
         default_factory=ClusterAPIVersions,
         alias="clusterAPI",
         description="The API versions used to ask Crossplane for the Cluster API objects.",
+    )
+    fleet: Fleet = Field(
+        default_factory=Fleet,
+        description="Rolling out across a fleet: whether ClusterPlugins follow rollouts.",
     )
     # Namespaced XRs: a Usage of the CAPI Cluster by the helm ProviderConfig, so that
     # deleting the Cluster first waits until the add-ons are uninstalled (docs/architecture.md,

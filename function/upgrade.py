@@ -160,7 +160,8 @@ def rfc3339(seconds: float) -> str:
     )
 
 
-def _seconds(text: str) -> float:
+def seconds_of(text: str) -> float:
+    """An RFC 3339 time as seconds since the epoch (0 if it is not one)."""
     try:
         return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
@@ -426,10 +427,10 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
     wanted_versions = tuple(
         v for v in dict.fromkeys((lh_version, version, record.version, failed_version)) if v
     )
-    started = _seconds(record.since)
+    started = seconds_of(record.since)
     if seen.runs_spec:
         running_since = record.running_since or rfc3339(now)
-        soaked_at = _seconds(running_since) + policy.soak_seconds
+        soaked_at = seconds_of(running_since) + policy.soak_seconds
         if now >= soaked_at:
             if record.phase is Phase.UPGRADING:
                 settled = Record(Phase.HEALTHY, rfc3339(now), version, record.target)

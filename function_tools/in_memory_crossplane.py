@@ -677,7 +677,8 @@ class InMemoryCrossplane:
         desired = resource.struct_to_dict(rsp.desired.composite.resource)
         status = self.xr.setdefault("status", {})
         # What the function wrote last time and no longer writes goes (server-side apply).
-        for key in ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion"):
+        written = ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion")
+        for key in (*written, "rollout"):
             status.pop(key, None)
         status.update(desired.get("status", {}))
         ready = all_ready and rsp.desired.composite.ready != fnv1.READY_FALSE

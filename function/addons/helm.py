@@ -66,11 +66,15 @@ WAIT_TIMEOUT = "10m0s"
 def chart_version(ctx: CallContext, decl: Release, version: str | None) -> str:
     """The chart version ``decl`` installs.
 
-    The XR's ``version``, else the Composition's (the step input's), else the default for the
-    cluster's Kubernetes minor (``CallContext.chart_default``).
+    The XR's ``version``, else an admitted rollout's target (``CallContext.rollout``), else the
+    Composition's (the step input's), else the default for the cluster's Kubernetes minor
+    (``CallContext.chart_default``).
     """
     if version:
         return version
+    rolled = ctx.rollout.versions.get(decl.node) if ctx.rollout is not None else None
+    if rolled:
+        return rolled
     chart = decl.chart(ctx.step.charts)
     return chart.version or ctx.chart_default(chart.name, decl.node)
 
@@ -94,6 +98,9 @@ def release(
         chart_spec["pullSecretRef"] = ctx.flavour.local_secret_ref(
             chart.pull_secret_ref.name, chart.pull_secret_ref.namespace
         )
+    rolled = ctx.rollout.values.get(decl.node) if ctx.rollout is not None else None
+    if rolled:  # the rollout's values under the XR's own
+        values = deep_merge(values, rolled)
     for_provider: dict[str, Any] = {
         "chart": chart_spec,
         "namespace": decl.namespace,

@@ -1,0 +1,1 @@
+"""Rolling out across a fleet: the ClusterPluginRollout and the ClusterPlugins that follow it."""

@@ -1,0 +1,98 @@
+"""What a rollout means for one ClusterPlugin in one call, and what it reports back.
+
+``function/rollout/pull.py`` makes it; the ``CallContext`` carries it (``ctx.rollout``):
+``function/addons/helm.py`` takes an admitted cluster's chart versions and values from it in
+place of the Composition's, and the planner writes its ``report`` into ``status.rollout``,
+which the rollout reads back. Nothing here reads a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class PluginReport(Protocol):
+    """What the report reads of a ``status.plugins[]`` entry (``plan.PluginStatus``)."""
+
+    @property
+    def name(self) -> str:
+        """The add-on."""
+    @property
+    def version(self) -> str:
+        """The chart version helm runs."""
+    @property
+    def target_version(self) -> str:
+        """The chart version it moves to."""
+    @property
+    def upgrade(self) -> str:
+        """Its day-two phase."""
+    @property
+    def upgrade_since(self) -> str:
+        """Since when (RFC 3339)."""
+    @property
+    def message(self) -> str:
+        """What its status says."""
+
+
+# status.rollout.phase of a ClusterPlugin.
+NOT_ADMITTED = "NotAdmitted"
+SKIPPED = "Skipped"
+UPGRADING = "Upgrading"
+HEALTHY = "Healthy"
+FAILED = "Failed"
+ROLLED_BACK = "RolledBack"
+# Phases of a cluster that applies the target (Halted keeps them where they are).
+APPLYING = frozenset({UPGRADING, HEALTHY, FAILED})
+# A day-two phase that says the target did not run healthy on this cluster.
+_DAY_TWO_FAILED = frozenset({"Failed", "RolledBack", "RollingBack"})
+
+
+@dataclass(frozen=True)
+class RolloutTarget:
+    """A rollout that selects this ClusterPlugin: what applies, and where the cluster stands."""
+
+    name: str
+    revision: str
+    wave: str = ""  # the open wave it is admitted in ("": not admitted)
+    # The target applies in this call: release node -> chart version, and values (the
+    # add-on's main Release only). Empty when not admitted, skipped or rolled back.
+    versions: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    # status.plugins[] name -> the chart version the target names (the add-ons it moves).
+    plugins: Mapping[str, str] = field(default_factory=dict)
+    skipped: str = ""  # why the cluster is skipped ("" if not)
+    rolled_back: bool = False  # the rollout rolled back: the cluster returns
+    why_not: str = ""  # why not admitted (the rollout halted, its wave not open yet)
+
+    @property
+    def applies(self) -> bool:
+        """Whether the target's versions and values replace the Composition's in this call."""
+        return bool(self.versions)
+
+    def report(self, plugins: Iterable[PluginReport]) -> dict[str, Any]:
+        """``status.rollout``: which rollout and revision, the wave, the phase, healthy since."""
+        out: dict[str, Any] = {"name": self.name, "revision": self.revision}
+        if self.wave:
+            out["wave"] = self.wave
+        if self.skipped:
+            applying = {"applying": True} if self.applies else {}
+            return {**out, "phase": SKIPPED, "reason": self.skipped, **applying}
+        if self.rolled_back:
+            return {**out, "phase": ROLLED_BACK}
+        if not self.applies:
+            why = {"reason": self.why_not} if self.why_not else {}
+            return {**out, "phase": NOT_ADMITTED, **why}
+        moving = [p for p in plugins if p.name in self.plugins]
+        failed = next((p for p in moving if p.upgrade in _DAY_TWO_FAILED), None)
+        if failed is not None:
+            return {**out, "phase": FAILED, "reason": f"{failed.name}: {failed.message}"}
+        healthy = [
+            p
+            for p in moving
+            if p.version == self.plugins[p.name] and p.upgrade == "Healthy" and not p.target_version
+        ]
+        if moving and len(healthy) == len(moving):
+            return {**out, "phase": HEALTHY, "healthySince": max(p.upgrade_since for p in healthy)}
+        return {**out, "phase": UPGRADING}

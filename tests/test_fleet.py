@@ -1,0 +1,265 @@
+"""A fleet rollout in memory: 20 ClusterPlugins, a canary and three waves (function_tools/fleet.py).
+
+Every cluster is an in-memory Crossplane of its own running the real function; the
+ClusterPluginRollout is one more XR the same function answers. The fleet runs the AWS Load
+Balancer Controller's chart 1.12.0 (the Composition's version) and the rollout moves it to
+3.5.0, whose upstream IAM policy differs (v2.12.0 against v2.13.0): a cluster moves its policy
+and its chart as one unit on day two, and the rollout decides only who moves when.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.names import PARTITIONS
+from function.policies import lbc_policy
+from function.rollout.spec import OpenWave, RolloutSpec, bucket, wave_of
+from function_tools.fleet import Fleet, Sample
+from tests.scenarios import example
+
+OLD, NEW = "1.12.0", "3.5.0"
+LBC = "aws-load-balancer-controller"
+AWS = PARTITIONS["aws"]
+CANARY_CLUSTERS = ("team-00", "team-01")
+STEP_INPUT = {
+    "fleet": {"rollouts": True},
+    "charts": {
+        "loadBalancerController": {
+            "repository": "https://aws.github.io/eks-charts",
+            "name": LBC,
+            "version": OLD,
+        }
+    },
+}
+
+
+def rollout(**strategy: Any) -> dict[str, Any]:
+    """The fleet's ClusterPluginRollout: canary, 25% of the fleet, 50%, the rest."""
+    return {
+        "apiVersion": "clusterplugin.dev/v1alpha1",
+        "kind": "ClusterPluginRollout",
+        "metadata": {"name": "lbc-3-5"},
+        "spec": {
+            "selector": {"matchLabels": {"fleet": "prod"}},
+            "target": {"plugins": [{"name": LBC, "version": NEW}]},
+            "strategy": {
+                "canary": {"matchLabels": {"ring": "canary"}},
+                "waves": [{"maxClusters": "25%"}, {"maxClusters": "50%"}, {}],
+                "soakSeconds": 60,
+                "progressDeadlineSeconds": 600,
+                **strategy,
+            },
+        },
+    }
+
+
+def _labels(namespace: str) -> dict[str, str]:
+    return {"fleet": "prod", **({"ring": "canary"} if namespace in CANARY_CLUSTERS else {})}
+
+
+def _missing(namespace: str, failing: str) -> list[str]:
+    return [f"{LBC}@{NEW}"] if namespace == failing else []
+
+
+@functools.cache
+def _converged_fleet(failing: str) -> Fleet:
+    """20 clusters converged on chart 1.12.0 (``failing``'s repository lacks 3.5.0)."""
+    xr, required = example("selfhosted-full")
+    xr["spec"].pop("storage")
+    xr["spec"].pop("cloudProvider")
+    fleet = Fleet(xr, required, step_input=STEP_INPUT, seconds_per_reconcile=30, helm_poll=2)
+    for i in range(20):
+        namespace = f"team-{i:02d}"
+        fleet.add(namespace, _labels(namespace), missing_charts=_missing(namespace, failing))
+    fleet.run(12)
+    for key, world in fleet.worlds.items():
+        assert world.xr_ready, key
+        assert _chart(fleet, key) == OLD
+    return fleet
+
+
+def converged(failing: str = "") -> Fleet:
+    """A copy of the converged fleet, for one test to play with."""
+    return copy.deepcopy(_converged_fleet(failing))
+
+
+def _chart(fleet: Fleet, key: str) -> str:
+    return fleet.worlds[key].composed["lbc-release"].obj["spec"]["forProvider"]["chart"]["version"]
+
+
+def _policy(fleet: Fleet, key: str) -> str:
+    return fleet.worlds[key].composed["lbc-policy"].obj["spec"]["forProvider"]["policy"]
+
+
+def _expected_waves(fleet: Fleet) -> dict[str, list[str]]:
+    """Each non-canary cluster's wave by the rule, from the buckets of their uids alone."""
+    ordered = sorted(
+        (k for k in fleet.worlds if k.split("/")[0] not in CANARY_CLUSTERS),
+        key=lambda k: bucket(fleet.worlds[k].xr["metadata"]["uid"]),
+    )
+    return {"wave-1": ordered[:5], "wave-2": ordered[5:15], "wave-3": ordered[15:]}
+
+
+def _wave_2_member(fleet: Fleet) -> str:
+    return _expected_waves(fleet)["wave-2"][3].split("/")[0]
+
+
+def _first_change(history: list[Sample], key: str) -> int | None:
+    return next((s.step for s in history if s.clusters.get(key, ("",))[0] == NEW), None)
+
+
+def _opened_at(history: list[Sample], wave: str) -> int | None:
+    order = ["canary", "wave-1", "wave-2", "wave-3"]
+    return next(
+        (s.step for s in history if s.wave in order and order.index(s.wave) >= order.index(wave)),
+        None,
+    )
+
+
+def test_a_healthy_rollout_moves_canary_then_each_wave_in_its_share_to_complete() -> None:
+    fleet = converged()
+    fleet.apply_rollout(rollout())
+    history = fleet.run_until("Complete", 60)
+    assert history[-1].phase == "Complete", fleet.rollout
+    status = fleet.rollout["status"]
+    assert status["counts"]["admitted"] == status["counts"]["healthy"] == 20
+    waves = _expected_waves(fleet)
+    assert [len(waves[w]) for w in ("wave-1", "wave-2", "wave-3")] == [5, 10, 3]
+    for key in fleet.worlds:
+        reported = fleet.worlds[key].xr["status"]["rollout"]
+        wave = (
+            "canary"
+            if key.split("/")[0] in CANARY_CLUSTERS
+            else next(w for w, members in waves.items() if key in members)
+        )
+        assert (reported["wave"], reported["phase"]) == (wave, "Healthy"), key
+        # Nobody moves before its wave opens.
+        first, opened = _first_change(history, key), _opened_at(history, wave)
+        assert first is not None and opened is not None and first >= opened, (key, first, opened)
+        assert _chart(fleet, key) == NEW
+        assert _policy(fleet, key) == lbc_policy(AWS, NEW), key
+    # A wave opens only after the one before soaked: the canary's clusters were healthy for
+    # soakSeconds (two reconciles of 30 s) before wave-1 opened.
+    assert _opened_at(history, "wave-1") > (_opened_at(history, "canary") or 0) + 2
+    phases = [s.phase for s in history]
+    assert set(phases) == {"Progressing", "Complete"}
+
+
+def _play_failure(on_failure: str) -> tuple[Fleet, list[Sample], str]:
+    fleet = converged(failing="pending")
+    failing = f"{_wave_2_member(fleet)}/demo"
+    world = fleet.worlds[failing]
+    world.missing_charts = {f"{LBC}@{NEW}"}
+    fleet.apply_rollout(rollout(onFailure=on_failure))
+    history = fleet.run_until("Halted" if on_failure == "Halt" else "RolledBack", 40)
+    # Then long enough for every cluster to settle where the outcome leaves it.
+    history += fleet.run(12)
+    return fleet, history, failing
+
+
+def test_a_failure_in_wave_2_halts_and_no_cluster_outside_the_admitted_waves_changes() -> None:
+    fleet, history, failing = _play_failure("Halt")
+    assert history[-1].phase == "Halted", fleet.rollout["status"]
+    status = fleet.rollout["status"]
+    assert status["wave"] == "wave-2"
+    assert [f["name"] for f in status["failed"]] == [failing]
+    assert "not found in" in status["failed"][0]["reason"]
+    waves = _expected_waves(fleet)
+    for key in waves["wave-3"]:
+        assert all(s.clusters[key][0] == OLD for s in history), key
+        assert fleet.worlds[key].xr["status"]["rollout"]["phase"] == "NotAdmitted"
+        assert _policy(fleet, key) == lbc_policy(AWS, OLD)
+    # The failed cluster rolled itself back (its own upgradePolicy); the rest stay on 3.5.0.
+    assert _chart(fleet, failing) == OLD
+    for key in [*waves["wave-1"], *(k for k in waves["wave-2"] if k != failing)]:
+        assert _chart(fleet, key) == NEW, key
+
+
+def test_a_failure_in_wave_2_with_rollback_brings_every_admitted_cluster_back_iam_included() -> (
+    None
+):
+    fleet, history, failing = _play_failure("Rollback")
+    assert history[-1].phase == "RolledBack", fleet.rollout["status"]
+    moved = [k for k in fleet.worlds if _first_change(history, k) is not None]
+    assert len(moved) >= 7  # the canary, wave-1 and some of wave-2 had moved
+    for key in fleet.worlds:
+        assert _chart(fleet, key) == OLD, key
+        assert _policy(fleet, key) == lbc_policy(AWS, OLD), key
+        plugin = next(p for p in fleet.worlds[key].xr["status"]["plugins"] if p["name"] == LBC)
+        assert plugin["version"] == OLD, (key, plugin)
+    for key in _expected_waves(fleet)["wave-3"]:
+        assert all(s.clusters[key][0] == OLD for s in history), key
+
+
+def test_added_deleted_paused_and_resumed_mid_rollout() -> None:
+    fleet = converged()
+    fleet.apply_rollout(rollout(paused=False))
+    waves = _expected_waves(fleet)
+    deleted = waves["wave-3"][0]
+    fleet.run(4)
+    # Paused while the canary soaks: no wave opens, whatever the health.
+    paused = rollout(paused=True)
+    fleet.apply_rollout(paused)
+    during = fleet.run(12)
+    assert {s.phase for s in during[1:]} == {"Paused"}
+    assert {s.wave for s in during} == {"canary"}
+    fleet.apply_rollout(rollout(paused=False))
+    fleet.run(1)
+    assert fleet.rollout["status"]["phase"] == "Progressing"
+    # A cluster joins (its own world at the fleet's clock), another's cluster is deleted.
+    added = fleet.add("team-20", _labels("team-20"))
+    fleet.worlds[deleted].delete_cluster()
+    history = fleet.run_until("Complete", 60)
+    assert history[-1].phase == "Complete", fleet.rollout["status"]
+    status = fleet.rollout["status"]
+    assert status["counts"]["selected"] == 21
+    assert {"name": deleted, "reason": "being deleted"} in status["skipped"]
+    # The newcomer is in the wave its own bucket puts it in, by the published thresholds.
+    spec = RolloutSpec.model_validate(rollout()["spec"])
+    opened = [OpenWave.model_validate(w) for w in status["waves"]]
+    key = "team-20/demo"
+    want = wave_of(spec.strategy, opened, _labels("team-20"), bucket(added.xr["metadata"]["uid"]))
+    assert added.xr["status"]["rollout"]["wave"] == want
+    assert want is not None
+    # The thresholds that admitted the first 20 did not move: nobody was reshuffled.
+    for wave, members in waves.items():
+        for member in members:
+            if member != deleted:
+                assert fleet.worlds[member].xr["status"]["rollout"]["wave"] == wave, member
+    first, opened_at = _first_change(history, key), _opened_at(history, want)
+    assert first is not None and opened_at is not None and first >= opened_at
+    assert _chart(fleet, deleted) == OLD
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("target.plugins[0].name", "nginx", "is not an add-on with a chart"),
+        ("target.plugins[0].version", "3.6.0", "3.6.0"),
+        ("strategy.waves[0].maxClusters", "0%", "neither a count"),
+        ("strategy.onFailure", "Pause", "must be one of"),
+    ],
+)
+def test_a_bad_rollout_gets_one_fatal_naming_the_field_and_nobody_follows_it(
+    field: str, value: str, message: str
+) -> None:
+    fleet = converged()
+    bad = rollout()
+    node: Any = bad["spec"]
+    *parents, last = field.replace("[0]", ".0").split(".")
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    node[last] = value
+    fleet.apply_rollout(bad)
+    fleet.run(2)
+    fatal = [r for r in fleet.rollout_responses[-1].results if r.severity == fnv1.SEVERITY_FATAL]
+    assert len(fatal) == 1
+    assert fatal[0].message.startswith(f"spec.{field}"), fatal[0].message
+    assert message in fatal[0].message
+    assert all("rollout" not in w.xr["status"] for w in fleet.worlds.values())
+    assert all(_chart(fleet, k) == OLD for k in fleet.worlds)
