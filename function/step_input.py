@@ -373,7 +373,10 @@ class StepInput(StrictModel):
     )
     fleet: Fleet = Field(
         default_factory=Fleet,
-        description="Rolling out across a fleet: whether ClusterPlugins follow rollouts.",
+        description=(
+            "Rolling out across a fleet. Off by default; the shipped ClusterPlugin Compositions "
+            "turn rollouts on, as their Configuration carries the ClusterPluginRollout XRD."
+        ),
     )
     # Namespaced XRs: a Usage of the CAPI Cluster by the helm ProviderConfig, so that
     # deleting the Cluster first waits until the add-ons are uninstalled (docs/architecture.md,

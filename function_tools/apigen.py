@@ -48,6 +48,9 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from function.flavour import XR_GROUP, XR_TYPES, XR_VERSION, XRType
+from function.rollout.spec import KIND as ROLLOUT_KIND
+from function.rollout.spec import PLURAL as ROLLOUT_PLURAL
+from function.rollout.spec import RolloutSpec, RolloutStatus
 from function.spec import ClusterPluginSpec
 from function.spec_base import DURATION
 from function.step_input import INPUT_GROUP, INPUT_KIND, INPUT_VERSION, StepInput
@@ -98,6 +101,7 @@ _KEY_ORDER = (
     "maximum",
     "minItems",
     "maxItems",
+    "minProperties",
     "x-kubernetes-list-type",
     "pattern",
     "enum",
@@ -509,7 +513,8 @@ def composition(
                 {
                     "step": "cluster-plugin",
                     "functionRef": {"name": source.function_name},
-                    "input": step_input(input_model),
+                    # The rollout's XRD ships in the same Configuration: follow rollouts.
+                    "input": {**step_input(input_model), "fleet": {"rollouts": True}},
                 }
             ],
         },
@@ -766,6 +771,13 @@ def render_files(
             _composition_header(xr, xrd_path, _sources(input_model)),
             _input_comments(input_model, source),
         )
+        files[folder / "rollout-definition.yaml"] = to_yaml(
+            rollout_xrd(xr), _rollout_header(xr, "definition", _sources(RolloutSpec, RolloutStatus))
+        )
+        files[folder / "rollout-composition.yaml"] = to_yaml(
+            rollout_composition(xr, source),
+            _rollout_header(xr, "Composition", _sources(RolloutSpec)),
+        )
         files[folder / "crossplane.yaml"] = to_yaml(
             configuration_meta(xr, source), _configuration_header(xr, source)
         )
@@ -778,6 +790,107 @@ def render_files(
         "(with a FATAL result naming the bad field).",
     )
     return files
+
+
+# --- the ClusterPluginRollout (function/rollout/spec.py) ----------------------------
+
+ROLLOUT_PRINTER_COLUMNS = (
+    {"name": "PHASE", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "WAVE", "type": "string", "jsonPath": ".status.wave"},
+    {"name": "SELECTED", "type": "integer", "jsonPath": ".status.counts.selected"},
+    {"name": "ADMITTED", "type": "integer", "jsonPath": ".status.counts.admitted"},
+    {"name": "HEALTHY", "type": "integer", "jsonPath": ".status.counts.healthy"},
+    {"name": "FAILED", "type": "integer", "jsonPath": ".status.counts.failed"},
+    {"name": "SKIPPED", "type": "integer", "jsonPath": ".status.counts.skipped", "priority": 1},
+)
+
+
+def rollout_xrd(xr: XRType) -> dict[str, Any]:
+    """The ClusterPluginRollout's XRD in the flavour of ``xr``: cluster-scoped, no claim.
+
+    v2: apiextensions.crossplane.io/v2 with scope Cluster; legacy: apiextensions.crossplane.io/v1
+    (a cluster-scoped XR without claimNames, which Crossplane 1.x serves).
+    """
+    spec_schema = _described(
+        openapi_schema(RolloutSpec, where="spec"),
+        "Which ClusterPlugins, what they move to, and how: the canary, the waves, the gate.",
+    )
+    status_schema = _described(
+        openapi_schema(RolloutStatus, where="status"), "Written by the function."
+    )
+    spec: dict[str, Any] = {"group": XR_GROUP}
+    if xr.scope is not None:
+        spec["scope"] = "Cluster"
+    spec["names"] = _names(ROLLOUT_KIND, ROLLOUT_PLURAL, "composite")
+    spec["defaultCompositionRef"] = {"name": f"{ROLLOUT_PLURAL}.{XR_GROUP}"}
+    spec["versions"] = [
+        {
+            "name": XR_VERSION,
+            "served": True,
+            "referenceable": True,
+            "additionalPrinterColumns": [dict(c) for c in ROLLOUT_PRINTER_COLUMNS],
+            "schema": {
+                "openAPIV3Schema": {
+                    "type": "object",
+                    "description": (
+                        f"A {ROLLOUT_KIND} moves every {xr.kind} its selector matches to one "
+                        "target (chart versions and values, their IAM with them) in "
+                        "health-gated waves, canary first; on failure it halts or rolls back."
+                    ),
+                    "properties": {"spec": spec_schema, "status": status_schema},
+                }
+            },
+        }
+    ]
+    return {
+        "apiVersion": xr.xrd_api_version,
+        "kind": "CompositeResourceDefinition",
+        "metadata": {"name": f"{ROLLOUT_PLURAL}.{XR_GROUP}"},
+        "spec": spec,
+    }
+
+
+def rollout_composition(xr: XRType, source: PackageSource = HOME_SOURCE) -> dict[str, Any]:
+    """The ClusterPluginRollout's Composition: the same function, told which kind it selects."""
+    return {
+        "apiVersion": "apiextensions.crossplane.io/v1",
+        "kind": "Composition",
+        "metadata": {
+            "name": f"{ROLLOUT_PLURAL}.{XR_GROUP}",
+            "labels": {f"{XR_GROUP}/scope": xr.scope_label},
+        },
+        "spec": {
+            "compositeTypeRef": {"apiVersion": xr.api_version, "kind": ROLLOUT_KIND},
+            "mode": "Pipeline",
+            "pipeline": [
+                {
+                    "step": "cluster-plugin-rollout",
+                    "functionRef": {"name": source.function_name},
+                    "input": {
+                        "apiVersion": f"{INPUT_GROUP}/{INPUT_VERSION}",
+                        "kind": INPUT_KIND,
+                        "fleet": {"clusterPluginKind": xr.kind},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _rollout_header(xr: XRType, what: str, sources: str) -> str:
+    flavour = (
+        "Crossplane v2 (apiextensions.crossplane.io/v2, scope Cluster)"
+        if xr.namespaced
+        else "Crossplane 1.x or v2 (apiextensions.crossplane.io/v1: a cluster-scoped XR, no claim)"
+    )
+    return "\n".join(
+        [
+            HEADER.format(sources=sources),
+            "",
+            f"ClusterPluginRollout {what}, for {flavour}; it selects {xr.kind}s by label.",
+            f'README, "Rolling out across a fleet". The function serving {xr.kind}s serves it.',
+        ]
+    )
 
 
 def _flavour_line(xr: XRType) -> str:

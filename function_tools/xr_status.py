@@ -148,6 +148,30 @@ class ClusterDeletion(_Status):
     )
 
 
+class RolloutReport(_Status):
+    """``status.rollout``: the ClusterPluginRollout that selects this XR, as it stands here."""
+
+    name: str | None = Field(default=None, description="The ClusterPluginRollout.")
+    revision: str | None = Field(default=None, description="Digest of its target.")
+    wave: str | None = Field(
+        default=None, description="The wave it is admitted in (canary, wave-1, ...)."
+    )
+    phase: str | None = Field(
+        default=None,
+        description=(
+            "NotAdmitted, Upgrading, Healthy (the target runs, healthy), Failed (its upgrade to "
+            "the target failed), Skipped (reason) or RolledBack (the rollout rolled back)."
+        ),
+    )
+    healthy_since: str | None = Field(
+        default=None, alias="healthySince", description="Healthy at the target since (RFC 3339)."
+    )
+    reason: str | None = Field(default=None, description="Why not admitted, skipped or failed.")
+    applying: bool | None = Field(
+        default=None, description="Skipped while it already runs the target: it keeps it."
+    )
+
+
 class ClusterPluginStatus(_Status):
     """What the function writes in a ClusterPlugin's status."""
 
@@ -187,6 +211,13 @@ class ClusterPluginStatus(_Status):
     )
     plugins: list[PluginEntry] | None = Field(
         default=None, description="Each wanted add-on and where it stands."
+    )
+    rollout: RolloutReport | None = Field(
+        default=None,
+        description=(
+            "The ClusterPluginRollout that selects this XR (input.fleet.rollouts): its revision, "
+            "the wave this cluster is admitted in and how the target runs here."
+        ),
     )
     upgrade: Phase | None = Field(
         default=None,

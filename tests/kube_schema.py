@@ -1217,7 +1217,7 @@ APIS = Path(__file__).resolve().parent.parent / "apis"
 def _xrd_schemas() -> dict[str, dict]:
     """Our XRDs' openAPIV3Schema (apis/*/definition.yaml), by XR and claim kind."""
     schemas: dict[str, dict] = {}
-    for path in sorted(APIS.glob("*/definition.yaml")):
+    for path in sorted(APIS.glob("*/*definition.yaml")):
         xrd = yaml.safe_load(path.read_text(encoding="utf-8"))
         (version,) = xrd["spec"]["versions"]
         for names in (xrd["spec"]["names"], xrd["spec"].get("claimNames")):

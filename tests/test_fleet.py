@@ -20,6 +20,7 @@ from function.names import PARTITIONS
 from function.policies import lbc_policy
 from function.rollout.spec import OpenWave, RolloutSpec, bucket, wave_of
 from function_tools.fleet import Fleet, Sample
+from tests.kube_schema import xr_status_errors
 from tests.scenarios import example
 
 OLD, NEW = "1.12.0", "3.5.0"
@@ -148,6 +149,10 @@ def test_a_healthy_rollout_moves_canary_then_each_wave_in_its_share_to_complete(
     assert _opened_at(history, "wave-1") > (_opened_at(history, "canary") or 0) + 2
     phases = [s.phase for s in history]
     assert set(phases) == {"Progressing", "Complete"}
+    # What both sides wrote, against the XRDs (a key they do not name would be pruned).
+    assert xr_status_errors("ClusterPluginRollout", fleet.rollout["status"]) == []
+    for world in fleet.worlds.values():
+        assert xr_status_errors("ClusterPlugin", world.xr["status"]) == []
 
 
 def _play_failure(on_failure: str) -> tuple[Fleet, list[Sample], str]:

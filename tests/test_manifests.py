@@ -140,8 +140,12 @@ def test_the_fixture_lists_are_not_empty() -> None:
     assert {p.relative_to(APIS).as_posix() for p in API_FILES} == {
         "v1/composition.yaml",
         "v1/definition.yaml",
+        "v1/rollout-composition.yaml",
+        "v1/rollout-definition.yaml",
         "v2/composition.yaml",
         "v2/definition.yaml",
+        "v2/rollout-composition.yaml",
+        "v2/rollout-definition.yaml",
     }
 
 
@@ -312,7 +316,10 @@ def test_composition_input_parses_and_spells_out_the_defaults(
     defaults = parse_input(
         {"apiVersion": step_input["apiVersion"], "kind": step_input["kind"]}
     )
-    assert parsed == defaults
+    # One field is not the default: the Configuration ships the ClusterPluginRollout XRD, so
+    # its Composition follows rollouts.
+    assert parsed.fleet.rollouts
+    assert parsed.model_copy(update={"fleet": defaults.fleet}) == defaults
     shown = set(step_input) - {"apiVersion", "kind"}
     assert shown == {
         "namePrefix",
@@ -320,6 +327,7 @@ def test_composition_input_parses_and_spells_out_the_defaults(
         "awsProviderConfig",
         "charts",
         "clusterAPI",
+        "fleet",
         "protectCluster",
     }
     # Every chart with a default source; the pod identity agent has none (no public Helm

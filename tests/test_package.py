@@ -70,7 +70,15 @@ PRODUCTION_FUNCTION = ROOT / "examples" / "production" / "function.yaml"
 
 META_FILE = "crossplane.yaml"
 # What each package root holds; crossplane.yaml is the one name the CLI looks for.
-PACKAGE_FILES = {META_FILE, "definition.yaml", "composition.yaml"}
+PACKAGE_FILES = {
+    META_FILE,
+    "definition.yaml",
+    "composition.yaml",
+    "rollout-definition.yaml",
+    "rollout-composition.yaml",
+}
+# Beside the flavour's ClusterPlugin XRD: the ClusterPluginRollout's, in the same apiVersion.
+ROLLOUT_KIND = "ClusterPluginRollout"
 # The registry organisation the AWS and Helm providers are published under at every version
 # (xpkg.upbound.io/upbound serves only the newest release to anonymous users).
 PROVIDER_REGISTRY = "xpkg.crossplane.io/crossplane-contrib"
@@ -385,22 +393,25 @@ def package_problems(root: Path, flavour: str) -> list[str]:
                 f"{constraint} (allowed: XRDs and Compositions the admitted releases know)"
             )
 
-    # The flavour: its XRD, and a Composition for it.
+    # The flavour: its XRD and the rollout's, and a Composition for each.
     xrds = [o for _, o in objects if o.get("kind") == "CompositeResourceDefinition"]
     compositions = [o for _, o in objects if o.get("kind") == "Composition"]
-    if len(xrds) != 1 or len(compositions) != 1:
-        problems.append(f"{len(xrds)} XRDs and {len(compositions)} Compositions, not one each")
+    if len(xrds) != 2 or len(compositions) != 2:
+        problems.append(f"{len(xrds)} XRDs and {len(compositions)} Compositions, not two each")
     else:
-        xrd, composition = xrds[0], compositions[0]
-        flavour_xrd = (xrd["apiVersion"], xrd["spec"]["names"]["kind"])
-        if flavour_xrd != FLAVOURS[flavour]:
-            problems.append(
-                f"definition.yaml: {flavour_xrd}, the {flavour} flavour is {FLAVOURS[flavour]}"
-            )
-        (version,) = xrd["spec"]["versions"]
-        target = {"apiVersion": f"{xrd['spec']['group']}/{version['name']}", "kind": flavour_xrd[1]}
-        if composition["spec"]["compositeTypeRef"] != target:
-            problems.append(f"composition.yaml: compositeTypeRef is not {target}")
+        wanted = [FLAVOURS[flavour], (FLAVOURS[flavour][0], ROLLOUT_KIND)]
+        found = sorted(
+            ((x["apiVersion"], x["spec"]["names"]["kind"]) for x in xrds),
+            key=lambda k: k[1] == ROLLOUT_KIND,
+        )
+        if found != wanted:
+            problems.append(f"definition.yaml: {found}, the {flavour} flavour is {wanted}")
+        for xrd in xrds:
+            (version,) = xrd["spec"]["versions"]
+            kind = xrd["spec"]["names"]["kind"]
+            target = {"apiVersion": f"{xrd['spec']['group']}/{version['name']}", "kind": kind}
+            if not any(c["spec"]["compositeTypeRef"] == target for c in compositions):
+                problems.append(f"composition.yaml: no Composition's compositeTypeRef is {target}")
 
     problems += [
         f"{META_FILE}: {p}"
