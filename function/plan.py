@@ -808,10 +808,22 @@ def _report(
     plan.status = _status(ctx, plugins, plan.plugins)
     if upgrades.summary is not None:
         plan.status["upgrade"] = str(upgrades.summary)
-    plan.due_in = upgrades.due_in
+    plan.due_in = _due_in(ctx, upgrades)
     record = deletion.status(assessment)
     if record is not None:
         plan.status[deletion.STATUS_FIELD] = record
+
+
+def _due_in(ctx: CallContext, upgrades: upgrade.Upgrades) -> float | None:
+    """When to be called again at the latest: a soak or deadline, or a rollout under way.
+
+    Crossplane v2.4 does not watch required resources: a converged XR would see its rollout's
+    next wave only after ``ttl.ready`` (10 minutes); while one is under way, ``ttl.waiting``.
+    """
+    due = upgrades.due_in
+    if ctx.rollout is not None and ctx.rollout.under_way:
+        due = min(due, ctx.step.ttl.waiting) if due is not None else float(ctx.step.ttl.waiting)
+    return due
 
 
 def _upgrades(

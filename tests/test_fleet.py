@@ -23,7 +23,7 @@ from function_tools.fleet import Fleet, Sample
 from tests.kube_schema import xr_status_errors
 from tests.scenarios import example
 
-OLD, NEW = "1.12.0", "3.5.0"
+OLD, NEW, MISSING = "1.12.0", "3.5.0", "3.4.0"
 LBC = "aws-load-balancer-controller"
 AWS = PARTITIONS["aws"]
 CANARY_CLUSTERS = ("team-00", "team-01")
@@ -153,6 +153,25 @@ def test_a_healthy_rollout_moves_canary_then_each_wave_in_its_share_to_complete(
     assert xr_status_errors("ClusterPluginRollout", fleet.rollout["status"]) == []
     for world in fleet.worlds.values():
         assert xr_status_errors("ClusterPlugin", world.xr["status"]) == []
+    settled = fleet.rollout["status"]["settled"]["target"]["plugins"]
+    assert [(p["name"], p["version"]) for p in settled] == [(LBC, NEW)]
+
+    # A new target the chart repository lacks, with Rollback: only the canary tries it, and
+    # every cluster stays on (or returns to) the target the rollout completed, not the
+    # Composition's version.
+    for world in fleet.worlds.values():
+        world.missing_charts = {f"{LBC}@{MISSING}"}
+    bad = rollout(onFailure="Rollback")
+    bad["spec"]["target"]["plugins"][0]["version"] = MISSING
+    fleet.apply_rollout(bad)
+    after = fleet.run_until("RolledBack", 40)
+    assert after[-1].phase == "RolledBack", fleet.rollout["status"]
+    after += fleet.run(8)
+    tried = {k for k in fleet.worlds if any(s.clusters[k][0] == MISSING for s in after)}
+    assert tried == {f"{ns}/demo" for ns in CANARY_CLUSTERS}
+    for key in fleet.worlds:
+        assert all(s.clusters[key][0] in (NEW, MISSING) for s in after), key
+        assert _chart(fleet, key) == NEW, key
 
 
 def _play_failure(on_failure: str) -> tuple[Fleet, list[Sample], str]:

@@ -44,6 +44,7 @@ from function.rollout.spec import (
     Phase,
     RolloutSpec,
     RolloutStatus,
+    Settled,
     bucket,
     revision,
     wave_name,
@@ -157,7 +158,11 @@ def decide(
             else _open(spec, 0, [], members, now)
         )
         last = RolloutStatus(
-            revision=rev, phase=Phase.PROGRESSING, waves=[first], progressSince=rfc3339(now)
+            revision=rev,
+            phase=Phase.PROGRESSING,
+            waves=[first],
+            progressSince=rfc3339(now),
+            settled=last.settled,
         )
     opened = list(last.waves)
     in_waves = [(m, wave_of(strategy, opened, m.labels, m.place)) for m in members]
@@ -223,6 +228,9 @@ def decide(
             else:
                 phase = Phase.COMPLETE
                 message = f"every wave is healthy: {len(soaked)} clusters at the target"
+                last = last.model_copy(
+                    update={"settled": Settled(revision=rev, target=spec.target)}
+                )
     return RolloutStatus(
         revision=rev,
         phase=phase,
@@ -233,6 +241,7 @@ def decide(
         failed=_note(failed),
         skipped=_note(skipped),
         message=message,
+        settled=last.settled,
     )
 
 

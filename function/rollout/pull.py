@@ -18,6 +18,7 @@ and its own uid's bucket (``spec.wave_of``): no list of the fleet. What it repor
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from function.rollout.spec import (
     OpenWave,
     Phase,
     RolloutSpec,
+    Target,
     bucket,
     revision,
     wave_of,
@@ -46,6 +48,8 @@ from function.spec import ClusterPluginSpec
 from function.spec_base import InvalidInputError
 
 ROLLOUTS = Selector(f"{XR_GROUP}/{XR_VERSION}", KIND)
+# A rollout in these phases may still open waves (or start again once resumed).
+UNDER_WAY = frozenset({Phase.PROGRESSING, Phase.PAUSED})
 # What provider-helm says when it cannot reach the workload cluster's API server.
 _UNREACHABLE = re.compile(
     r"connection refused|no such host|i/o timeout|dial tcp|no route to host|"
@@ -83,6 +87,17 @@ def _opened(status: struct_pb2.Struct) -> list[OpenWave]:
         return [OpenWave.model_validate(w) for w in structs.to_python(status.fields["waves"])]
     except (ValidationError, KeyError, TypeError):
         return []
+
+
+def _settled(status: struct_pb2.Struct | None) -> Target | None:
+    """The last target the rollout completed (its ``status.settled``), if any and readable."""
+    found = structs.value_at(status, "settled", "target") if status is not None else None
+    if found is None:
+        return None
+    try:
+        return Target.model_validate(structs.to_python(found))
+    except ValidationError:
+        return None
 
 
 def _skipped(
@@ -134,13 +149,16 @@ def pull(
     rev = revision(target)
     status = structs.struct_at(obj, "status")
     base = RolloutTarget(name, rev, plugins={p.name: p.version for p in spec.target.plugins})
+    settled = _settled(status)
     if status is None or structs.str_at(status, "revision") != rev:
-        return _made(spec, base, why_not="the rollout has not started this target yet")
+        return _made(spec, base, settled, why_not="the rollout has not started this target yet")
+    base = dataclasses.replace(base, under_way=structs.str_at(status, "phase") in UNDER_WAY)
     uid = structs.str_at(xr, "metadata", "uid") or ""
     wave = wave_of(spec.strategy, _opened(status), labels, bucket(uid)) if uid else None
     return _made(
         spec,
         base,
+        settled,
         **_standing(
             structs.str_at(status, "phase") or "",
             wave,
@@ -166,6 +184,7 @@ def _standing(phase: str, wave: str | None, *, applying: bool, skipped: str) -> 
 def _made(
     spec: RolloutSpec,
     base: RolloutTarget,
+    settled: Target | None,
     *,
     wave: str = "",
     applies: bool = False,
@@ -175,8 +194,9 @@ def _made(
 ) -> RolloutTarget:
     versions: dict[str, str] = {}
     values: dict[str, dict[str, Any]] = {}
-    if applies:
-        for plugin in spec.target.plugins:
+    target = spec.target if applies else settled
+    if target is not None:
+        for plugin in target.plugins:
             addon = TARGETABLE[plugin.name]
             for release in addon.releases:
                 versions[release.node] = plugin.version
@@ -192,6 +212,8 @@ def _made(
         skipped,
         rolled_back,
         why_not,
+        base.under_way,
+        applies,
     )
 
 

@@ -271,6 +271,13 @@ class ClusterNote(StrictModel):
     reason: str = Field(description="Why, in the ClusterPlugin's words.")
 
 
+class Settled(StrictModel):
+    """``status.settled``: the last target the rollout completed."""
+
+    revision: str = Field(description="Its revision.")
+    target: Target = Field(description="What every cluster not admitted to a newer one keeps.")
+
+
 class RolloutStatus(StrictModel):
     """The rollout's status, written by the function (the XRD's status schema)."""
 
@@ -289,6 +296,13 @@ class RolloutStatus(StrictModel):
     failed: list[ClusterNote] = Field(default_factory=list, description="Failed clusters.")
     skipped: list[ClusterNote] = Field(default_factory=list, description="Skipped clusters.")
     message: str = Field(default="", description="What the rollout waits for, or why it failed.")
+    settled: Settled | None = Field(
+        default=None,
+        description=(
+            "The last target this rollout completed: clusters not admitted to a newer target "
+            "keep it, and a rolled-back one returns to it."
+        ),
+    )
 
 
 def revision(target: dict[str, Any]) -> str:

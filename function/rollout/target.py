@@ -19,18 +19,23 @@ class PluginReport(Protocol):
     @property
     def name(self) -> str:
         """The add-on."""
+
     @property
     def version(self) -> str:
         """The chart version helm runs."""
+
     @property
     def target_version(self) -> str:
         """The chart version it moves to."""
+
     @property
     def upgrade(self) -> str:
         """Its day-two phase."""
+
     @property
     def upgrade_since(self) -> str:
         """Since when (RFC 3339)."""
+
     @property
     def message(self) -> str:
         """What its status says."""
@@ -56,8 +61,9 @@ class RolloutTarget:
     name: str
     revision: str
     wave: str = ""  # the open wave it is admitted in ("": not admitted)
-    # The target applies in this call: release node -> chart version, and values (the
-    # add-on's main Release only). Empty when not admitted, skipped or rolled back.
+    # What applies in this call, release node -> chart version, and values (the add-on's main
+    # Release only): the target once admitted; otherwise the last target the rollout
+    # completed (``status.settled``), if any, so that a new target never moves a cluster back.
     versions: Mapping[str, str] = field(default_factory=dict)
     values: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     # status.plugins[] name -> the chart version the target names (the add-ons it moves).
@@ -65,11 +71,10 @@ class RolloutTarget:
     skipped: str = ""  # why the cluster is skipped ("" if not)
     rolled_back: bool = False  # the rollout rolled back: the cluster returns
     why_not: str = ""  # why not admitted (the rollout halted, its wave not open yet)
-
-    @property
-    def applies(self) -> bool:
-        """Whether the target's versions and values replace the Composition's in this call."""
-        return bool(self.versions)
+    # The rollout still moves (Progressing or Paused): the XR is called back at ttl.waiting.
+    under_way: bool = False
+    # The current target applies (admitted, or skipped or halted while it already ran it).
+    applies: bool = False
 
     def report(self, plugins: Iterable[PluginReport]) -> dict[str, Any]:
         """``status.rollout``: which rollout and revision, the wave, the phase, healthy since."""
