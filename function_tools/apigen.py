@@ -991,10 +991,11 @@ def _configuration_header(xr: XRType, source: PackageSource) -> str:
         HEADER.format(sources="function_tools/apigen.py (and packaging.py)"),
         (
             f"Configuration package {package.name} ({_flavour_line(xr)}): the XRD "
-            "(definition.yaml beside this file) and its Composition (composition.yaml), with the "
+            "(definition.yaml beside this file) and its Composition (composition.yaml), the "
+            "ClusterPluginRollout's (rollout-definition.yaml, rollout-composition.yaml), with the "
             "function and providers they need. This folder is the package root of `crossplane "
             f"xpkg build --package-root={folder}`, which reads every non-empty .yaml/.yml file "
-            "under it: it holds exactly this file, the XRD and the Composition."
+            "under it: it holds exactly this file, the two XRDs and their Compositions."
         ),
         (
             "RBAC is not in the package: a Configuration may only carry XRDs and Compositions "

@@ -92,7 +92,15 @@ RECORD = "release.json"
 FUNCTION_FILES = frozenset(
     {"crossplane.yaml", apigen.INPUT_CRD_PATH.relative_to("package").as_posix()}
 )
-CONFIGURATION_FILES = frozenset({"crossplane.yaml", "definition.yaml", "composition.yaml"})
+CONFIGURATION_FILES = frozenset(
+    {
+        "crossplane.yaml",
+        "definition.yaml",
+        "composition.yaml",
+        "rollout-definition.yaml",
+        "rollout-composition.yaml",
+    }
+)
 
 # The xpkg format (crossplane-runtime pkg/xpkg): the config label that marks the layer
 # holding package.yaml, and the annotation `crossplane xpkg push` moves it to.
@@ -205,14 +213,15 @@ def configuration_problems(root: Path, source: PackageSource) -> list[str]:
             f"publishes {source.function_package} {source.tag}"
         )
     name = object_name(package)
-    for composition in _documents(root / "composition.yaml"):
-        for i, step in enumerate(composition.get("spec", {}).get("pipeline", []) or []):
-            called = (step.get("functionRef") or {}).get("name")
-            if called != name:
-                problems.append(
-                    f"{root / 'composition.yaml'}: spec.pipeline[{i}].functionRef.name is "
-                    f"{called!r}, but Crossplane installs the dependency {package} as {name!r}"
-                )
+    for file in ("composition.yaml", "rollout-composition.yaml"):
+        for composition in _documents(root / file):
+            for i, step in enumerate(composition.get("spec", {}).get("pipeline", []) or []):
+                called = (step.get("functionRef") or {}).get("name")
+                if called != name:
+                    problems.append(
+                        f"{root / file}: spec.pipeline[{i}].functionRef.name is {called!r}, "
+                        f"but Crossplane installs the dependency {package} as {name!r}"
+                    )
     return problems
 
 

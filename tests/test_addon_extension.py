@@ -163,9 +163,13 @@ def test_the_files_a_new_addon_needs(played: dict[str, Any]) -> None:
         "apis/v1/composition.yaml",
         "apis/v1/crossplane.yaml",
         "apis/v1/definition.yaml",
+        "apis/v1/rollout-composition.yaml",
+        "apis/v1/rollout-definition.yaml",
         "apis/v2/composition.yaml",
         "apis/v2/crossplane.yaml",
         "apis/v2/definition.yaml",
+        "apis/v2/rollout-composition.yaml",
+        "apis/v2/rollout-definition.yaml",
         "package/input/fn.clusterplugin.dev_inputs.yaml",
     ]
 

@@ -19,6 +19,8 @@ import pytest
 from e2e.conftest import tool_path
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT, ControlPlane, StartError
+from e2e.controlplane.processes import Process
+from e2e.controlplane.workload import ChartServer, provider_helm
 from e2e.registry import LocalRegistry
 
 # Every control plane started (for the start-up summary), and those not yet stopped (for
@@ -104,6 +106,40 @@ def namespaced_providers(control_plane: ControlPlane) -> Iterator[Providers]:
 @pytest.fixture(scope="module")
 def legacy_providers(control_plane: ControlPlane) -> Iterator[Providers]:
     yield from _providers(control_plane, namespaced=False)
+
+
+# --- real helm: the chart server, provider-helm out of cluster, the played AWS provider ----------
+# (module-scoped: each module that installs real charts gets its own; test_helm_kwok.py and
+# test_fleet_rollout.py use them)
+
+
+@pytest.fixture(scope="module")
+def chart_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChartServer]:
+    server = ChartServer(tmp_path_factory.mktemp("charts"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def real_provider_helm(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    try:
+        process = provider_helm(control_plane, tmp_path_factory.mktemp("provider-helm"))
+    except (StartError, TimeoutError) as err:
+        pytest.fail(f"provider-helm did not start: {err}", pytrace=False)
+    yield process
+    process.stop()
+    del control_plane.processes[process.name]  # stopped on purpose: not a process that died
+
+
+@pytest.fixture(scope="module")
+def helm_providers(control_plane: ControlPlane, real_provider_helm: Process) -> Iterator[Providers]:
+    """The played AWS provider; Releases are provider-helm's."""
+    providers = Providers(control_plane.kube, namespaced=True, real_kinds=frozenset({"Release"}))
+    providers.start()
+    yield providers
+    providers.stop()
+
 
 
 @pytest.hookimpl(hookwrapper=True)

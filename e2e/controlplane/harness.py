@@ -177,7 +177,7 @@ class ControlPlane:
         for process in reversed(list(self.processes.values())):
             # An open watch (the driver's) holds kube-apiserver's graceful shutdown until
             # it is killed; it keeps nothing that etcd does not, and etcd is thrown away.
-            process.stop(grace_s=APISERVER_STOP_GRACE_S if process.name == "kube-apiserver" else 10.0)
+            process.stop(grace_s=APISERVER_STOP_GRACE_S if process.name.startswith("kube-apiserver") else 10.0)
 
     def dead(self) -> list[str]:
         """Processes that exited on their own, with the end of their logs."""
@@ -246,17 +246,24 @@ class ControlPlane:
         wait_until(process, healthy, "healthy /health")
 
     def _apiserver(self) -> None:
+        self.server, self.kube = self.start_apiserver()
+        self.kubeconfig = kubeconfig_file(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
+
+    def start_apiserver(self, name: str = "kube-apiserver", etcd_prefix: str | None = None) -> tuple[str, Kube]:
+        """A kube-apiserver on this etcd (under ``etcd_prefix``: another cluster's store); its
+        URL and a client, once it is ready."""
         port = free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        server = f"https://127.0.0.1:{port}"
         process = self._start(
-            "kube-apiserver",
+            name,
             [
                 str(self.tool("kube-apiserver")),
                 f"--etcd-servers={self.etcd_url}",
+                *([f"--etcd-prefix={etcd_prefix}"] if etcd_prefix else []),
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={port}",
-                f"--cert-dir={self.root / 'apiserver'}",
+                f"--cert-dir={self.root / ('apiserver' if name == 'kube-apiserver' else name)}",
                 f"--tls-cert-file={self.apiserver_cert.cert}",
                 f"--tls-private-key-file={self.apiserver_cert.key}",
                 f"--client-ca-file={self.ca.path}",
@@ -273,9 +280,9 @@ class ControlPlane:
                 *self.apiserver_args,
             ],
         )
-        self.kubeconfig = kubeconfig_file(self.root / "kubeconfig", self.server, self.ca.path, self.admin)
-        self.kube = Kube(self.server, self.ca.path, self.admin.cert, self.admin.key)
-        wait_until(process, self.kube.ready, "/readyz", timeout_s=90)
+        kube = Kube(server, self.ca.path, self.admin.cert, self.admin.key)
+        wait_until(process, kube.ready, "/readyz", timeout_s=90)
+        return server, kube
 
     def _controller_manager(self) -> None:
         process = self._start(
@@ -527,7 +534,17 @@ class ControlPlane:
         Composition is applied (once: a second apply makes a second CompositionRevision,
         and an XR created meanwhile may be composed from either).
         """
-        xrd = yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text())
+        # The ClusterPluginRollout's first: the ClusterPlugin Composition asks for rollouts
+        # (fleet.rollouts), which Crossplane cannot list before their XRD is established.
+        for name in ("rollout-definition.yaml", "definition.yaml"):
+            self._establish(yaml.safe_load((ROOT / "apis" / flavour / name).read_text()))
+        self.install_composition(ROOT / "apis" / flavour / "rollout-composition.yaml", ttl_waiting=ttl_waiting)
+        return self.install_composition(
+            ROOT / "apis" / flavour / "composition.yaml", ttl_waiting=ttl_waiting, edit_input=edit_input
+        )
+
+    def _establish(self, xrd: dict[str, Any]) -> None:
+        """An XRD applied, once Crossplane serves its kinds."""
         self.kube.apply(xrd)
 
         def offered() -> bool:
@@ -538,9 +555,6 @@ class ControlPlane:
 
         self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=60)
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
-        return self.install_composition(
-            ROOT / "apis" / flavour / "composition.yaml", ttl_waiting=ttl_waiting, edit_input=edit_input
-        )
 
     def install_composition(
         self, path: Path, *, ttl_waiting: str = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
@@ -582,6 +596,24 @@ class ControlPlane:
             lambda: all(self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n) is None for n in crds)
             and self.kube.get(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"]) is None,
             f"XRD {xrd['metadata']['name']} and its CRDs gone",
+            timeout_s=90,
+        )
+        self.kube.delete(composition["apiVersion"], "Composition", composition["metadata"]["name"])
+        self._remove_rollouts(flavour)
+
+    def _remove_rollouts(self, flavour: str) -> None:
+        """Every ClusterPluginRollout (they compose nothing), their XRD and Composition."""
+        xrd = yaml.safe_load((ROOT / "apis" / flavour / "rollout-definition.yaml").read_text())
+        composition = yaml.safe_load((ROOT / "apis" / flavour / "rollout-composition.yaml").read_text())
+        version, kind = f"{xrd['spec']['group']}/{xrd['spec']['versions'][0]['name']}", xrd["spec"]["names"]["kind"]
+        for obj in self.kube.list(version, kind):
+            self.kube.delete(version, kind, obj["metadata"]["name"])
+        self.kube.wait_for(lambda: not self.kube.list(version, kind), f"every {kind} deleted", timeout_s=60)
+        self.kube.delete(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"])
+        crd = f"{xrd['spec']['names']['plural']}.{xrd['spec']['group']}"
+        self.kube.wait_for(
+            lambda: self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd) is None,
+            f"XRD {xrd['metadata']['name']} and its CRD gone",
             timeout_s=90,
         )
         self.kube.delete(composition["apiVersion"], "Composition", composition["metadata"]["name"])

@@ -21,14 +21,12 @@ from e2e.controlplane.composite import Composite, conditions
 from e2e.controlplane.conftest import running_control_plane
 from e2e.controlplane.day_two import PhaseRecorder, latest_revision, plugin_entry, revision_event
 from e2e.controlplane.driver import Providers
-from e2e.controlplane.harness import ControlPlane, StartError
-from e2e.controlplane.processes import Process
+from e2e.controlplane.harness import ControlPlane
 from e2e.controlplane.timeline import StatusTimeline
 from e2e.controlplane.workload import (
     ChartServer,
     HelmHistory,
     WorkloadCluster,
-    provider_helm,
     workload_available,
 )
 
@@ -52,34 +50,6 @@ def helm_history(workload: WorkloadCluster) -> Iterator[HelmHistory]:
     history.start()
     yield history
     history.stop()
-
-
-@pytest.fixture(scope="module")
-def chart_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChartServer]:
-    server = ChartServer(tmp_path_factory.mktemp("charts"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def real_provider_helm(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    try:
-        process = provider_helm(control_plane, tmp_path_factory.mktemp("provider-helm"))
-    except (StartError, TimeoutError) as err:
-        pytest.fail(f"provider-helm did not start: {err}", pytrace=False)
-    yield process
-    process.stop()
-    del control_plane.processes[process.name]  # stopped on purpose: not a process that died
-
-
-@pytest.fixture(scope="module")
-def helm_providers(control_plane: ControlPlane, real_provider_helm: Process) -> Iterator[Providers]:
-    """The played AWS provider; Releases are provider-helm's."""
-    providers = Providers(control_plane.kube, namespaced=True, real_kinds=frozenset({"Release"}))
-    providers.start()
-    yield providers
-    providers.stop()
 
 
 # provider-helm, the played providers and the workload cluster outlive the API: removing it
