@@ -29,6 +29,7 @@ import click
 from function.__version__ import __version__
 from function.serve import serve
 from function_tools.commands.aws import aws
+from function_tools.commands.fleet import fleet
 from function_tools.commands.issuer import issuer_cmd
 from function_tools.commands.render import render_cmd
 from function_tools.commands.simulate import simulate_cmd
@@ -82,7 +83,7 @@ def _show_environment_variables(group: click.Group) -> None:
                 param.show_envvar = True
 
 
-for _command in (serve, render_cmd, simulate_cmd, issuer_cmd, aws, template_values_cmd):
+for _command in (serve, render_cmd, simulate_cmd, issuer_cmd, aws, template_values_cmd, fleet):
     cli.add_command(_command)
 _show_environment_variables(cli)
 
