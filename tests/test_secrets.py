@@ -32,6 +32,7 @@ from google.protobuf import json_format
 
 from function import cluster, fn, plan
 from function.addons.oidc_issuer import jwks_document
+from function.rollout.spec import REQ_ROLLOUTS
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests import strategies as gen
 from tests.scenarios import by_name, staged_control_plane
@@ -418,6 +419,10 @@ def test_required_resources_are_asked_for_in_the_xrs_namespace_only(scenario: An
     # The Cluster was read, so its refs were followed.
     assert {"control-plane", "infrastructure"} <= set(rsp.requirements.resources)
     for name, sel in rsp.requirements.resources.items():
+        if name == REQ_ROLLOUTS:
+            # ClusterPluginRollouts are cluster-scoped (input.fleet.rollouts): no namespace.
+            assert (sel.kind, sel.namespace) == ("ClusterPluginRollout", ""), name
+            continue
         assert sel.namespace == own_ns, f"{scenario.name}: requirement {name} asks for namespace {sel.namespace!r}"
     for name, sel in rsp.requirements.extra_resources.items():
         # Crossplane 1.x selectors carry no namespace: those are label selectors, filtered after.
