@@ -296,7 +296,20 @@ def _holds(observed: struct_pb2.Struct, desired: struct_pb2.Struct) -> bool:
     provider's late initialization: not a difference.
     """
     have = observed.fields
-    return all(k in have and have[k] == v for k, v in desired.fields.items())
+    return all(k in have and _same(k, have[k], v) for k, v in desired.fields.items())
+
+
+def _same(key: str, have: struct_pb2.Value, want: struct_pb2.Value) -> bool:
+    """Whether the observed ``have`` is the desired ``want`` of forProvider's ``key``.
+
+    ``chart`` may hold more than the function wrote (provider-helm's empty pullSecretRef, on the
+    real provider): it holds ``want`` when it holds each of its fields. Anything else is equal
+    or not (a value left out of ``values`` is a change).
+    """
+    if key == "chart" and have.HasField("struct_value") and want.HasField("struct_value"):
+        chart = have.struct_value.fields
+        return all(k in chart and chart[k] == v for k, v in want.struct_value.fields.items())
+    return have == want
 
 
 # What makes provider-helm run a helm upgrade (its isUpToDate): the chart, the values, the
@@ -309,7 +322,8 @@ def _helm_holds(observed: struct_pb2.Struct, desired: struct_pb2.Struct) -> bool
     """Whether what helm installs is the same (``_holds`` on HELM_FIELDS alone)."""
     have, want = observed.fields, desired.fields
     return all(
-        (k in have and have[k] == want[k]) if k in want else k not in have for k in HELM_FIELDS
+        (k in have and _same(k, have[k], want[k])) if k in want else k not in have
+        for k in HELM_FIELDS
     )
 
 

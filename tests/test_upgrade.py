@@ -337,3 +337,25 @@ def test_record_json_round_trips() -> None:
     assert upgrade.parse_record(record.as_json()) == record
     assert upgrade.parse_record(json.dumps({"phase": "nonsense"})) is None
     assert upgrade.parse_record("not json") is None
+
+
+def test_what_provider_helm_adds_to_a_release_spec_is_no_change() -> None:
+    """The real provider-helm gives each Release's chart an empty pullSecretRef and the API
+    server a maxHistory: neither is a new spec to move to (found on the real provider-helm,
+    where every chart waited for another to move, for ever)."""
+    world, _ = _converged()
+    generations = {}
+    for name, c in world.composed.items():
+        fp = c.obj.get("spec", {}).get("forProvider", {})
+        if c.obj["kind"] == "Release":
+            fp["chart"]["pullSecretRef"] = {}
+            fp["maxHistory"] = 10
+            generations[name] = c.generation
+    assert len(generations) >= 6
+    world.run(3)
+    assert world.xr["status"]["upgrade"] == "Healthy", world.xr["status"]
+    waiting = [p for p in world.xr["status"]["plugins"] if "waits" in p.get("message", "")]
+    assert waiting == []
+    ready = next(c for c in world.xr["status"]["conditions"] if c["type"] == "ChartsHealthy")
+    assert ready["status"] == "True", ready
+    assert {n: world.composed[n].generation for n in generations} == generations
