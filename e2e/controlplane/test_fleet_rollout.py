@@ -33,6 +33,7 @@ from e2e.controlplane.fleet import (
 )
 from e2e.controlplane.harness import ROOT, ControlPlane
 from e2e.controlplane.workload import ChartServer, HelmHistory
+from function_tools import fleet_status
 
 LBC = "aws-load-balancer-controller"
 OLD, NEW, MISSING = "1.12.0", "3.5.0", "3.4.0"
@@ -206,3 +207,10 @@ def test_a_rollout_moves_the_fleet_in_waves_to_complete_and_a_real_failure_rolls
             if key != CANARY:
                 assert (chart, revision) == (NEW, 2), (key, s)
     print(f"\nhealthy rollout {healthy_s:.0f}s, failed one {time.monotonic() - started - healthy_s:.0f}s")
+
+    # `fleet status --kubeconfig` reads the same from the API server.
+    rollouts, plugins = fleet_status.split(fleet_status.read_cluster(str(control_plane.kubeconfig)))
+    text = fleet_status.summary(rollouts, plugins)
+    print(f"\nfleet status:\n{text}")
+    assert text.splitlines()[0].startswith(f"rollout {ROLLOUT}: RolledBack, canary open; 6 selected")
+    assert "6 ClusterPlugins" in text
