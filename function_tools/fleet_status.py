@@ -145,6 +145,7 @@ def summary(
 
 def read_cluster(kubeconfig: str) -> list[dict[str, Any]]:
     """Every ClusterPluginRollout, ClusterPlugin and XClusterPlugin the cluster serves."""
+    import httpx2  # noqa: PLC0415
     from lightkube import ApiError, Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_global_resource, create_namespaced_resource  # noqa: PLC0415
 
@@ -164,5 +165,8 @@ def read_cluster(kubeconfig: str) -> list[dict[str, Any]]:
                 out += [{**o.to_dict(), "kind": kind} for o in client.list(ns_res, namespace="*")]
         except ApiError as err:
             if err.status.code != 404:  # a kind the cluster does not serve: none of it
+                raise
+        except httpx2.HTTPStatusError as err:  # lightkube's list, before it reads a Status
+            if err.response.status_code != 404:
                 raise
     return out
