@@ -13,7 +13,7 @@ HELM   := $(BIN)/helm
 DEMO_VENV  ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e faults tools bench soak generate clean test-debian image image-test release release-push
+.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e faults scale tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -124,6 +124,12 @@ e2e: needs-e2e $(STAMP) $(HELM) tools
 FAULT_REPORT ?= faults.jsonl
 faults: needs-e2e $(STAMP) $(HELM) tools
 	FAULTS_LONG=1 FAULT_REPORT=$(FAULT_REPORT) $(BIN)/python -m pytest e2e/faults e2e/aws/test_faults.py
+
+# Hundreds of ClusterPlugins on one function replica on the real control plane (e2e/scale/):
+# SCALE_XRS (200) played, SCALE_REAL (3) through provider-helm, SCALE_DELETE (50) clusters
+# deleted; writes benchmarks/results/scale.json (docs/operating.md, "Scale").
+scale: needs-e2e $(STAMP) $(HELM) tools
+	$(BIN)/python -m e2e.scale
 
 # Latency, throughput, RSS and cold start against a no-op and an echo function in the
 # same run (about 6 minutes); writes benchmarks/results/latest.json and BENCHMARKS.md.

@@ -119,6 +119,7 @@ class ControlPlane:
 
     controllers: tuple[str, ...] = CONTROLLERS
     apiserver_args: tuple[str, ...] = ()
+    circuit_breaker_burst: float = CIRCUIT_BREAKER_BURST
 
     def __init__(
         self,
@@ -127,12 +128,15 @@ class ControlPlane:
         *,
         crossplane_args: Sequence[str] = (),
         function_package: bool = True,
+        function_args: Sequence[str] = (),
     ) -> None:
-        """``crossplane_args`` go to ``crossplane core start`` as well; without
-        ``function_package`` no Function is installed at start (a Configuration brings it)."""
+        """``crossplane_args`` go to ``crossplane core start`` as well, ``function_args`` to
+        ``function-cluster-plugin serve``; without ``function_package`` no Function is
+        installed at start (a Configuration brings it)."""
         self.root = root
         self.tool = tool
         self.crossplane_args = tuple(crossplane_args)
+        self.function_args = tuple(function_args)
         self.function_package = function_package
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -342,6 +346,7 @@ class ControlPlane:
                 self.function_address,
                 "--tls-server-certs-dir",
                 str(self.function_cert.dir),
+                *self.function_args,
             ],
             env={"PYTHONUNBUFFERED": "1"},
         )
@@ -373,7 +378,7 @@ class ControlPlane:
                 # converging ~45 composed resources (finalizer, status, usage labels each an
                 # event) opens it, and an edit of the XR made then waits for the function's
                 # TTL (ttl.ready, 10 min). Raised here so each test sees its edits at once.
-                f"--circuit-breaker-burst={CIRCUIT_BREAKER_BURST}",
+                f"--circuit-breaker-burst={self.circuit_breaker_burst:g}",
                 "--debug",
                 *self.crossplane_args,
             ],
@@ -524,7 +529,7 @@ class ControlPlane:
     # --- the project's API -------------------------------------------------------------------
 
     def install_api(
-        self, flavour: str, *, ttl_waiting: str = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
+        self, flavour: str, *, ttl_waiting: str | None = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
     ) -> dict[str, Any]:
         """The project's XRD and Composition of ``apis/<flavour>`` (v2 or v1); the Composition.
 
@@ -557,12 +562,14 @@ class ControlPlane:
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
 
     def install_composition(
-        self, path: Path, *, ttl_waiting: str = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
+        self, path: Path, *, ttl_waiting: str | None = "1s", edit_input: Callable[[dict[str, Any]], None] | None = None
     ) -> dict[str, Any]:
-        """A Composition from ``path``, its step input's ``ttl.waiting`` shortened (install_api)."""
+        """A Composition from ``path``, its step input's ``ttl.waiting`` shortened (install_api;
+        None: the Composition's own)."""
         composition = yaml.safe_load(path.read_text())
         for step in composition["spec"]["pipeline"]:
-            step["input"].setdefault("ttl", {})["waiting"] = ttl_waiting
+            if ttl_waiting is not None:
+                step["input"].setdefault("ttl", {})["waiting"] = ttl_waiting
             if edit_input is not None:
                 edit_input(step["input"])
         self.kube.apply(composition)
