@@ -43,7 +43,7 @@ def server() -> Iterator[gen.Served]:
 
 @pytest.fixture(scope="module")
 def good() -> fnv1.RunFunctionRequest:
-    return gen.converged_request("selfhosted-full", 8)
+    return gen.converged_request("selfhosted-full", 30)  # settled: its answer does not depend on the clock
 
 
 def _raw(channel: grpc.Channel, method: str = gen.RUN_FUNCTION) -> grpc.UnaryUnaryMultiCallable:

@@ -62,11 +62,13 @@ def world(
 
 
 def converge(w: InMemoryCrossplane, steps: int = 40) -> InMemoryCrossplane:
-    """Reconcile until the XR is Ready and a reconcile changes nothing (or ``steps`` run out)."""
+    """Reconcile until the XR is Ready, no chart upgrade is in flight and a reconcile changes
+    nothing (or ``steps`` run out)."""
     for _ in range(steps):
         rec = w.reconcile()
         assert rec.fatal is None, rec.fatal
-        if w.xr_ready and not rec.created and not rec.deleted:
+        settled = w.xr.get("status", {}).get("upgrade") in (None, "Healthy")
+        if w.xr_ready and settled and not rec.created and not rec.deleted:
             break
     return w
 

@@ -10,6 +10,7 @@ real controllers from kwok's pods) and reports the Release Ready itself.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,7 @@ from e2e.controlplane.workload import (
     WorkloadCluster,
     workload_available,
 )
+from function import upgrade
 
 NAMESPACE = "team-h"
 EXAMPLE = "selfhosted-full"
@@ -166,8 +168,13 @@ def test_the_xr_is_ready_before_provider_helm_polls_the_upgraded_cni(
     assert xr_ready["status"] == "True", f"{xr_ready}\n{timeline.text()}"
     assert demo.ready_at is not None
     if cond["Ready"]["status"] == "True":
-        # provider-helm looked again for another reason: only after the XR was Ready.
-        assert cond["Ready"]["lastTransitionTime"] > demo.ready_at, (cond, demo.ready_at)
+        # provider-helm looked again: for another reason after the XR was Ready, or while the
+        # XR waited for the restart to soak (day two: spec.upgradePolicy.soakSeconds, 10 s here),
+        # when the XR turns Ready only once the CNI's upgrade is Healthy, never at provider-helm's
+        # 10-minute poll.
+        if cond["Ready"]["lastTransitionTime"] <= demo.ready_at:
+            record = json.loads(cni["metadata"]["annotations"][upgrade.RECORD_ANNOTATION])
+            assert record["phase"] == "Healthy" and record["since"] <= demo.ready_at, (record, demo.ready_at)
     else:
         assert cond["Ready"]["reason"] == "Unavailable", cond
         assert cond["Synced"]["status"] == "True", cond
@@ -249,8 +256,11 @@ def test_day_two_no_release_is_written_again_once_converged(demo: Composite) -> 
     after = _release_generations(demo)
     print(f"\nRelease generations after 5 reconciles: {after}")
     assert after == before
+    # At most two: the function's one, and provider-helm's own late initialization (it writes
+    # chart.pullSecretRef: {} into the spec once); a waitTimeout the provider rewrites would be
+    # one more on every reconcile, and ``after == before`` above would fail.
     for name in ("ccm-release", "cert-manager-release", "pod-identity-webhook-release"):
-        assert after[name] == 1, (name, after)
+        assert after[name] <= 2, (name, after)
 
 
 def test_day_two_a_cni_upgrade_moves_nothing_that_depends_on_it_until_helm_deployed_it(
