@@ -296,6 +296,8 @@ def test_day_two_a_chart_version_the_repository_lacks_is_rolled_back(
     _patch_spec(demo, {"networking": {"amazonVPC": {"version": "9.9.9"}}})
     entry = _wait_plugin(demo, "vpc-cni", lambda e: e.get("upgrade") == "RolledBack", "RolledBack", timeout_s=DEADLINE_S + 120)
     print("\n" + phases.text())
+    # The recorder polls on its own: let it see what the XR said.
+    demo.kube.wait_for(lambda: phases.phases("vpc-cni")[-1:] == ["RolledBack"], "RolledBack recorded", timeout_s=10)
     assert phases.phases("vpc-cni")[-3:] == ["Upgrading", "RollingBack", "RolledBack"], phases.text()
     # provider-helm's own words, and the way forward.
     assert 'version "9.9.9" not found' in entry["message"], entry
