@@ -101,8 +101,11 @@ def test_each_configuration_depends_on_the_function_it_calls(published: Publishe
     flavour = apigen.package_folder(xr).name
     objects = published.xpkg("Configuration", flavour).objects
     (meta,) = [o for o in objects if o["kind"] == "Configuration"]
-    (composition,) = [o for o in objects if o["kind"] == "Composition"]
-    (xrd,) = [o for o in objects if o["kind"] == "CompositeResourceDefinition"]
+    # The ClusterPlugin's Composition and XRD, beside the ClusterPluginRollout's (same function).
+    (xrd,) = [o for o in objects if o["kind"] == "CompositeResourceDefinition" and o["spec"]["names"]["kind"] == xr.kind]
+    (composition,) = [
+        o for o in objects if o["kind"] == "Composition" and o["spec"]["compositeTypeRef"]["kind"] == xr.kind
+    ]
     assert meta["metadata"]["name"] == apigen.configuration_package(xr).name
     assert xrd["spec"]["names"]["kind"] == xr.kind
     functions = release.function_dependencies(meta)
