@@ -346,7 +346,14 @@ def test_day_two_hold_keeps_refused_values_and_moves_no_other_chart(
     # A person acts: EBS's values put right. EBS moves, then the controller.
     revision = latest_revision(helm_history, ebs)
     _patch_spec(demo, {"storage": {"ebs": {"values": {"controller": {"logLevel": 3}}}}})
-    _wait_plugin(demo, "aws-load-balancer-controller", lambda e: e.get("upgrade") == "Healthy" and "held" not in e.get("message", ""), "Healthy", timeout_s=240)
+    _wait_plugin(demo, "ebs-csi", lambda e: e.get("upgrade") == "Healthy", "EBS Healthy", timeout_s=240)
+    # The controller waited for EBS (one move at a time): only then does its own move run.
+    demo.kube.wait_for(
+        lambda: demo.composed()["lbc-release"]["metadata"]["generation"] > lbc_generation,
+        "the controller's values written",
+        timeout_s=240,
+    )
+    _wait_plugin(demo, "aws-load-balancer-controller", lambda e: e.get("upgrade") == "Healthy", "Healthy", timeout_s=240)
     print("\n" + phases.text() + "\n" + "\n".join(helm_history.timeline()))
     assert plugin_entry(demo.xr(), "ebs-csi")["upgrade"] == "Healthy"
     assert demo.composed()["lbc-release"]["spec"]["forProvider"]["values"]["replicaCount"] == 1
