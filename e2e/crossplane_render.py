@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +162,14 @@ def run_render(args: list[str], inputs: Inputs) -> subprocess.CompletedProcess[s
     return subprocess.run(args, capture_output=True, text=True, timeout=180, check=False)
 
 
-def our_render(inputs: Inputs, *, crossplane_v1: bool = False) -> render.Rendered:
-    """The project's ``render`` of the same inputs (what ``function-cluster-plugin render`` prints)."""
+def our_render(
+    inputs: Inputs, *, crossplane_v1: bool = False, now: int | None = None
+) -> render.Rendered:
+    """The project's ``render`` of the same inputs (what ``function-cluster-plugin render`` prints).
+
+    ``now``: the clock of the served function's call (``served_clock``), where its answer
+    depends on it; by default the project's render calls just after what it observes.
+    """
     step, step_input = input_files.step_from_composition(input_files.load_documents([inputs.composition]))
     return render.render(
         input_files.load_one(inputs.xr, "composite resource"),
@@ -171,7 +178,19 @@ def our_render(inputs: Inputs, *, crossplane_v1: bool = False) -> render.Rendere
         step_input=step_input,
         step=step,
         crossplane_v1=crossplane_v1,
+        now=now,
     )
+
+
+def served_clock(docs: list[dict[str, Any]]) -> int | None:
+    """The clock the served function stamped into its answer, if it stamped one.
+
+    The served function reads the wall clock; a day-two record it writes (a soak's start, a
+    settled move) carries that time, later than anything the inputs name. The project's render
+    of the same inputs at that second must then answer the same.
+    """
+    stamped = max((render.latest_time(d) for d in docs[1:] if d.get("kind") != "Result"), default=0)
+    return int(stamped) if stamped > time.time() - 3600 else None
 
 
 def render_uid(xr: dict[str, Any]) -> str:

@@ -51,7 +51,7 @@ def test_crossplane_1_render_agrees_with_ours(
     case: xp.Inputs, tmp_path: Path, crank_1: Path, function_address: str
 ) -> None:
     inputs, docs = crank_rendered(case, tmp_path, crank_1, function_address)
-    ours = xp.our_render(inputs, crossplane_v1=True)
+    ours = xp.our_render(inputs, crossplane_v1=True, now=xp.served_clock(docs))
     assert ours.fatal is None
     assert xp.compare_crank(docs, ours, inputs) == []
     # The CAPI objects reached the function through extra_resources: nothing waits for them.

@@ -46,9 +46,9 @@ def test_crossplane_render_agrees_with_ours(
 ) -> None:
     done = xp.crossplane_render(crossplane, crossplane_core, function_address, case)
     assert done.returncode == 0, done.stderr
-    ours = our_render(case)
-    step, _ = input_files.step_from_composition(input_files.load_documents([case.composition]))
     docs = xp.documents(done.stdout)
+    ours = our_render(case, now=xp.served_clock(docs))
+    step, _ = input_files.step_from_composition(input_files.load_documents([case.composition]))
     assert xp.compare(docs, ours, case, step) == []
     # Each example's Composition asks for its CAPI objects in the versions its files hold:
     # nothing waits for them (both renders hand over only the exact version asked for).
@@ -56,8 +56,8 @@ def test_crossplane_render_agrees_with_ours(
     assert not waits & CLUSTER_KINDS, waits
 
 
-def our_render(inputs: xp.Inputs) -> render.Rendered:
-    out = xp.our_render(inputs)
+def our_render(inputs: xp.Inputs, now: int | None = None) -> render.Rendered:
+    out = xp.our_render(inputs, now=now)
     assert out.fatal is None, out.fatal
     assert out.deleted == [], "our render would delete an observed resource"
     return out

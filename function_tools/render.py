@@ -260,7 +260,7 @@ def result_documents(rsp: fnv1.RunFunctionResponse, step: str) -> list[dict[str,
     ]
 
 
-def _times(obj: dict[str, Any]) -> float:
+def latest_time(obj: dict[str, Any]) -> float:
     """The latest time ``obj`` names: its conditions' transitions, its day-two record."""
     conditions = obj.get("status", {}).get("conditions", [])
     texts = [str(c.get("lastTransitionTime", "")) for c in conditions]
@@ -282,8 +282,12 @@ def render(
     step_input: dict[str, Any] | None = None,
     step: str = DEFAULT_STEP,
     crossplane_v1: bool = False,
+    now: int | None = None,
 ) -> Rendered:
-    """Run one reconcile's function call and build crossplane render's output documents."""
+    """Run one reconcile's function call and build crossplane render's output documents.
+
+    ``now``: the call's clock (seconds since the epoch); by default just after what it observes.
+    """
     world = _ObservedWorld(
         xr,
         required,
@@ -294,7 +298,9 @@ def render(
     world.composed = observed_composed(observed)
     # The call comes just after what it observes: its clock is the latest time the observed
     # state names (conditions, a Release's day-two record), or the world's start.
-    world.start = int(max([world.start, *(_times(c.obj) for c in world.composed.values())]))
+    world.start = int(max([world.start, *(latest_time(c.obj) for c in world.composed.values())]))
+    if now is not None:
+        world.start = now
     rsp, iterations = world.call()
     fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
     if fatal is not None:
