@@ -147,7 +147,12 @@ class QuickStart:
         Configuration package's, controlled by its revision, the XRD established (and
         offering the claim)."""
         revision = self.configuration_revision()
-        packaged = {o["kind"]: o for o in self.release.xpkg("Configuration", self.flavour).objects}
+        # The ClusterPlugin's XRD and Composition, beside the ClusterPluginRollout's in the package.
+        packaged = {
+            o["kind"]: o
+            for o in self.release.xpkg("Configuration", self.flavour).objects
+            if o["metadata"]["name"] == self.xr.xrd_name
+        }
         xrd = self.xrd()
         assert xrd is not None
         for obj in (xrd, composition):
