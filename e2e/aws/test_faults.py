@@ -126,7 +126,7 @@ def test_throttled_and_eventually_consistent_mid_creation(demo: Composite, proxy
     # The roles and attachments come after the issuer: IAM stays eventually consistent for them.
     proxy.set(consistency)
     cleared_at = time.monotonic()
-    until_converged(demo, lambda: demo.wait_ready(timeout_s=CONVERGE_S), lambda: not_ready(demo))
+    until_converged(demo, lambda: demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True), lambda: not_ready(demo))
     proxy.clear()
     row.down_s, row.recovery_s = cleared_at - fault_at, time.monotonic() - cleared_at
     print(f"\nwhat the XR said: {what_it_said(watch.stop())}")
@@ -165,7 +165,7 @@ def test_500s_and_slow_answers_mid_withdrawal(demo: Composite, proxy: FaultProxy
 
     def withdrawn() -> dict[str, Any]:
         demo.kube.wait_for(lambda: all(demo.kube.get(a, k, nm, NAMESPACE) is None for a, k, nm in refs), f"{sorted(expected_gone)} deleted", timeout_s=CONVERGE_S, interval_s=1)
-        return demo.wait_ready(timeout_s=CONVERGE_S)
+        return demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True)
 
     until_converged(demo, withdrawn, lambda: not_ready(demo))
     row.down_s, row.recovery_s = cleared_at - fault_at, time.monotonic() - cleared_at

@@ -172,16 +172,26 @@ class Composite:
         self.control_plane_revisions["available"] = self.capi.set_control_plane(initialized=True, available=True)
         return self.wait_ready(timeout_s)
 
-    def wait_ready(self, timeout_s: float = 180) -> dict[str, Any]:
+    def wait_ready(self, timeout_s: float = 180, *, every_condition: bool = False) -> dict[str, Any]:
+        """Until the XR (and claim) is Ready; the XR.
+
+        ``every_condition``: until every condition of the XR is True as well, what "converged"
+        means after a fault. Ready comes before ChartsHealthy where a move soaks: the VPC CNI's
+        restart for IRSA is an upgrade, healthy only ``upgradePolicy.soakSeconds`` after it runs.
+        """
+
         def ready() -> dict[str, Any] | None:
             xr = self.xr()
             if condition_status(xr, "Ready") != "True":
                 return None
             if self.is_claim and condition_status(self.resource(), "Ready") != "True":
                 return None
+            if every_condition and any(c["status"] != "True" for c in conditions(xr).values()):
+                return None
             return xr
 
-        xr = self.kube.wait_for(ready, f"{self.example} Ready", timeout_s=timeout_s, interval_s=0.5)
+        what = f"{self.example} Ready" + (" with every condition True" if every_condition else "")
+        xr = self.kube.wait_for(ready, what, timeout_s=timeout_s, interval_s=0.5)
         self.ready_at = conditions(xr)["Ready"]["lastTransitionTime"]
         return xr
 

@@ -105,7 +105,7 @@ def test_function_killed_mid_creation(demo: Composite, parts: Parts) -> None:
     watch = StatusWatch(demo).start()
     outage = parts.crash("function")
     demo.control_plane_revisions["available"] = demo.capi.set_control_plane(initialized=True, available=True)
-    ride_out(parts, outage, watch, row, lambda: demo.wait_ready(timeout_s=CONVERGE_S))
+    ride_out(parts, outage, watch, row, lambda: demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True))
 
     # The fault was met: what waited for the control plane was composed only once the
     # function was back. Crossplane dials it with waitForReady (internal/xfn/function_runner.go):
@@ -138,7 +138,7 @@ def test_crossplane_killed_mid_withdrawal(demo: Composite, parts: Parts) -> None
 
     def withdrawn() -> dict[str, Any]:
         demo.kube.wait_for(lambda: not (expected_gone & set(demo.composed())), f"{sorted(expected_gone)} deleted", timeout_s=CONVERGE_S)
-        return demo.wait_ready(timeout_s=CONVERGE_S)
+        return demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True)
 
     after = ride_out(parts, outage, watch, row, withdrawn)
 
@@ -189,7 +189,7 @@ def test_function_killed_when_the_cluster_is_first_found_gone(
     row = Row("function SIGKILLed, restarted", "cluster deletion, first found gone")
     composite = Composite(fault_control_plane, played, EXAMPLE, played_api, "faults-b")
     composite.create(staged=False)
-    composite.wait_ready(timeout_s=CONVERGE_S)
+    composite.wait_ready(timeout_s=CONVERGE_S, every_condition=True)
     before = composite.composed()
     since = len(played.history(composite.namespace))
     watch = StatusWatch(composite, interval_s=0.2).start()

@@ -158,7 +158,7 @@ def test_workload_api_cut_mid_creation(demo: Composite, path: NetCut, helm_histo
     during = watch.between(cut_at, time.monotonic())
     path.restore()
     restored_at = time.monotonic()
-    until_converged(demo, lambda: demo.wait_ready(timeout_s=CONVERGE_S))
+    until_converged(demo, lambda: demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True))
     row.down_s, row.recovery_s = restored_at - cut_at, time.monotonic() - restored_at
     print(f"\nwhat the XR said: {what_it_said(watch.stop())}")
     print("\n".join(helm_history.timeline()))
@@ -199,7 +199,7 @@ def test_provider_helm_stopped_mid_withdrawal(demo: Composite, parts: Parts, hel
 
     def withdrawn() -> dict[str, Any]:
         demo.kube.wait_for(lambda: not (expected_gone & set(demo.composed())), f"{sorted(expected_gone)} deleted", timeout_s=CONVERGE_S)
-        return demo.wait_ready(timeout_s=CONVERGE_S)
+        return demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True)
 
     until_converged(demo, withdrawn)
     row.down_s, row.recovery_s = outage.seconds, outage.since_repair()
