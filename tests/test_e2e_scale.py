@@ -1,18 +1,22 @@
 """e2e/scale's pieces that can be checked without a control plane: the percentiles, the reading
-of a real Prometheus endpoint and of /proc, and the bumped chart a real helm reads back."""
+of a real Prometheus endpoint and of /proc, the bumped chart a real helm reads back, and the
+JSON an interrupted run still writes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
 from e2e.controlplane.processes import free_port
 from e2e.controlplane.workload import ChartServer
+from e2e.scale import __main__ as scale_run
 from e2e.scale.__main__ import EBS_CHART, EBS_FROM, EBS_TO, bumped_chart
 from e2e.scale.fleet import percentile, summary
 from e2e.scale.meter import cpu_seconds, rss_mib, scrape, total
@@ -84,3 +88,23 @@ def test_the_bumped_chart_is_the_same_chart_at_the_new_version(tmp_path: Path) -
         assert f"{EBS_CHART}-{EBS_TO}.tgz" in index and f"{EBS_CHART}-{EBS_FROM}.tgz" in index
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("stop", [TimeoutError("every XR Ready: not done in 3600 s"), KeyboardInterrupt()])
+def test_an_interrupted_run_still_writes_what_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: BaseException
+) -> None:
+    """A burst that does not finish is itself the finding: what was measured up to it is kept."""
+
+    def first_phase_only(args: object, out: dict) -> dict:
+        out["settings"] = {"xrs": args.xrs}  # type: ignore[attr-defined]
+        out["create_unfinished"] = {"bulk": summary([30.0, 60.0])}
+        raise stop
+
+    monkeypatch.setattr(scale_run, "run", first_phase_only)
+    written = tmp_path / "scale.json"
+    assert scale_run.main(["--xrs", "7", "--out", str(written)]) == 1
+    got = json.loads(written.read_text())
+    assert got["settings"] == {"xrs": 7}
+    assert got["create_unfinished"]["bulk"]["count"] == 2
+    assert got["interrupted"].startswith(type(stop).__name__)

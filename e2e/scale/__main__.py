@@ -96,10 +96,16 @@ def wait(what: str, done: Callable[[], bool], timeout_s: float, interval_s: floa
 
 
 def releases_of(cp: ControlPlane, node: str) -> list[dict[str, Any]]:
-    return [r for r in cp.kube.list("helm.m.crossplane.io/v1beta1", "Release") if (r["metadata"].get("annotations") or {}).get(RESOURCE_NAME) == node]
+    return [
+        r
+        for r in cp.kube.list("helm.m.crossplane.io/v1beta1", "Release")
+        if (r["metadata"].get("annotations") or {}).get(RESOURCE_NAME) == node
+    ]
 
 
-def phase(meter: Meter, start: Sample, end: Sample, fleets: dict[str, dict[str, float]]) -> dict[str, Any]:
+def phase(
+    meter: Meter, start: Sample, end: Sample, fleets: dict[str, dict[str, float]]
+) -> dict[str, Any]:
     """What a phase took: per-XR seconds of each fleet, wall time, rates, peaks, stored objects."""
     window = meter.between(start.at, end.at) or [start, end]
     pairs = list(itertools.pairwise(window))
@@ -108,7 +114,12 @@ def phase(meter: Meter, start: Sample, end: Sample, fleets: dict[str, dict[str, 
         "per_xr": {name: summary(list(seconds.values())) for name, seconds in fleets.items()},
         "rates": rates(start, end),
         "peak_rss_mib": {n: round(max(s.rss[n][0] for s in window), 1) for n in end.rss},
-        "peak_cpu_cores": {n: round(max((b.cpu[n] - a.cpu[n]) / max(b.at - a.at, 1e-9) for a, b in pairs), 2) for n in end.cpu} if pairs else {},
+        "peak_cpu_cores": {
+            n: round(max((b.cpu[n] - a.cpu[n]) / max(b.at - a.at, 1e-9) for a, b in pairs), 2)
+            for n in end.cpu
+        }
+        if pairs
+        else {},
         "max_queue_depth": max(s.queue_depth for s in window),
         "max_active_workers": max(s.active_workers for s in window),
         "reconcile_errors": end.reconcile_errors - start.reconcile_errors,
@@ -129,7 +140,9 @@ class ScaleRun:
 
     def __init__(self, args: argparse.Namespace, stack: ExitStack, root: Path) -> None:
         self.args, self.stack, self.root = args, stack, root
-        self.bulk_cp = FleetControlPlane(root / "bulk", tool_path, circuit_breaker_burst=args.circuit_breaker_burst)
+        self.bulk_cp = FleetControlPlane(
+            root / "bulk", tool_path, circuit_breaker_burst=args.circuit_breaker_burst
+        )
         stack.callback(self.bulk_cp.stop)
         self.bulk_cp.start()
         composition = self.bulk_cp.install_api("v2", ttl_waiting=None)
@@ -159,7 +172,10 @@ class ScaleRun:
     def start_real(self) -> None:
         """The real subset's control plane, its workload clusters, chart server and provider-helm."""
         real_cp = SharedFunctionControlPlane(
-            self.root / "real", tool_path, function_of=self.bulk_cp, circuit_breaker_burst=self.args.circuit_breaker_burst
+            self.root / "real",
+            tool_path,
+            function_of=self.bulk_cp,
+            circuit_breaker_burst=self.args.circuit_breaker_burst,
         )
         self.stack.callback(real_cp.stop)
         real_cp.start()
@@ -187,7 +203,12 @@ class ScaleRun:
 
         composition = real_cp.install_api("v2", ttl_waiting=None, edit_input=from_the_chart_server)
         self.fleets["real"] = Fleet(
-            real_cp, played, composition, self.args.real, prefix="real", workload_kubeconfig=lambda i: workloads[i].inline_kubeconfig("demo")
+            real_cp,
+            played,
+            composition,
+            self.args.real,
+            prefix="real",
+            workload_kubeconfig=lambda i: workloads[i].inline_kubeconfig("demo"),
         )
         self.watches["real"] = XRWatch(real_cp.kube, *self.xr_kind).start()
         self.pids |= {
@@ -199,7 +220,13 @@ class ScaleRun:
         self.real_cp = real_cp
 
     def meter(self) -> Meter:
-        endpoints = Endpoints(self.pids, self.bulk_cp.function_metrics, self.crossplane_metrics, f"{self.bulk_cp.server}/metrics", self.bulk_cp.kube.tls)
+        endpoints = Endpoints(
+            self.pids,
+            self.bulk_cp.function_metrics,
+            self.crossplane_metrics,
+            f"{self.bulk_cp.server}/metrics",
+            self.bulk_cp.kube.tls,
+        )
         meter = Meter(lambda: read(endpoints), interval_s=self.args.interval).start()
         self.stack.callback(meter.stop)
         return meter
@@ -208,9 +235,16 @@ class ScaleRun:
         """Every XR in one burst, to Ready."""
         burst = meter.mark("burst")
         out["burst_created_s"] = {name: round(f.create_xrs(), 1) for name, f in self.fleets.items()}
-        wait("every XR Ready", lambda: all(len(self.watches[n].ready_at) >= f.count for n, f in self.fleets.items()), self.args.timeout)
+        wait(
+            "every XR Ready",
+            lambda: all(len(self.watches[n].ready_at) >= f.count for n, f in self.fleets.items()),
+            self.args.timeout,
+        )
         ready = meter.mark("all ready")
-        took = {n: {k: self.watches[n].ready_at[k] - f.created_at[k] for k in f.created_at} for n, f in self.fleets.items()}
+        took = {
+            n: {k: self.watches[n].ready_at[k] - f.created_at[k] for k in f.created_at}
+            for n, f in self.fleets.items()
+        }
         out["create"] = phase(meter, burst, ready, took)
         return burst
 
@@ -223,12 +257,24 @@ class ScaleRun:
         change = meter.mark("input change")
 
         def applied(f: Fleet, deployed: bool) -> bool:
-            moved = [r for r in releases_of(f.cp, EBS_NODE) if r["spec"]["forProvider"]["chart"]["version"] == EBS_TO]
+            moved = [
+                r
+                for r in releases_of(f.cp, EBS_NODE)
+                if r["spec"]["forProvider"]["chart"]["version"] == EBS_TO
+            ]
             if deployed:
-                moved = [r for r in moved if (r.get("status", {}).get("atProvider") or {}).get("version") == EBS_TO]
+                moved = [
+                    r
+                    for r in moved
+                    if (r.get("status", {}).get("atProvider") or {}).get("version") == EBS_TO
+                ]
             return len(moved) >= f.count
 
-        wait(f"every XR's {EBS_NODE} at {EBS_TO}", lambda: all(applied(f, n == "real") for n, f in self.fleets.items()), self.args.timeout)
+        wait(
+            f"every XR's {EBS_NODE} at {EBS_TO}",
+            lambda: all(applied(f, n == "real") for n, f in self.fleets.items()),
+            self.args.timeout,
+        )
         out["input_change"] = phase(meter, change, meter.mark("input applied"), {})
 
     def delete(self, meter: Meter, out: dict[str, Any]) -> None:
@@ -239,26 +285,48 @@ class ScaleRun:
 
         def orphaned(m: Any) -> bool:
             releases = [o for o in m.composed().values() if o["kind"] == "Release"]
-            return conditions(m.xr()).get("PluginsReady", {}).get("reason") == "ClusterDeleting" and all(
-                r["spec"].get("managementPolicies") == list(ORPHAN_MANAGEMENT_POLICIES) for r in releases
+            return conditions(m.xr()).get("PluginsReady", {}).get(
+                "reason"
+            ) == "ClusterDeleting" and all(
+                r["spec"].get("managementPolicies") == list(ORPHAN_MANAGEMENT_POLICIES)
+                for r in releases
             )
 
-        wait("every deleted cluster's XR ClusterDeleting, its Releases orphaned", lambda: all(orphaned(m) for m in victims), self.args.timeout, 5)
+        wait(
+            "every deleted cluster's XR ClusterDeleting, its Releases orphaned",
+            lambda: all(orphaned(m) for m in victims),
+            self.args.timeout,
+            5,
+        )
         self.played.unreachable.update(m.namespace for m in victims)
         gone = meter.mark("clusters gone")
         for m in victims:
             m.capi.finish_deletion()
         keys = {Fleet.key(m) for m in victims}
         deleted = self.watches["bulk"].deleted_at
-        wait("every deleted cluster's XR ClusterDeleted", lambda: keys <= set(deleted), self.args.timeout)
-        out["delete"] = phase(meter, gone, meter.mark("all withdrawn"), {"bulk": {k: deleted[k] - gone.at for k in keys}})
+        wait(
+            "every deleted cluster's XR ClusterDeleted",
+            lambda: keys <= set(deleted),
+            self.args.timeout,
+        )
+        out["delete"] = phase(
+            meter,
+            gone,
+            meter.mark("all withdrawn"),
+            {"bulk": {k: deleted[k] - gone.at for k in keys}},
+        )
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """The three phases; ``out`` holds what was measured so far, also when a phase fails or
+    the run is interrupted (``main`` writes it either way)."""
     root = Path(args.root or tempfile.mkdtemp(prefix="scale-"))
     print(f"logs under {root}", flush=True)
-    out: dict[str, Any] = {
-        "settings": {"xrs": args.xrs, "real": args.real, "delete": args.delete, "circuit_breaker_burst": args.circuit_breaker_burst}
+    out["settings"] = {
+        "xrs": args.xrs,
+        "real": args.real,
+        "delete": args.delete,
+        "circuit_breaker_burst": args.circuit_breaker_burst,
     }
     with ExitStack() as stack:
         scale = ScaleRun(args, stack, root)
@@ -267,54 +335,79 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f.make_clusters()
         out["clusters_made_s"] = round(time.monotonic() - started, 1)
         meter = scale.meter()
-        burst = scale.create(meter, out)
-        print(json.dumps({"create": out["create"]}, indent=1), flush=True)
-        scale.change_input(meter, out)
-        print(json.dumps({"input_change": out["input_change"]}, indent=1), flush=True)
-        scale.delete(meter, out)
-        print(json.dumps({"delete": out["delete"]}, indent=1), flush=True)
-        out["samples"] = [
-            {
-                "t": round(s.at - burst.at, 1),
-                "function_calls": s.function_calls,
-                "reconciles": s.reconciles,
-                "queue_depth": s.queue_depth,
-                "stored_objects": s.stored_objects,
-                "cpu": s.cpu,
-                "rss_mib": {n: r[0] for n, r in s.rss.items()},
-            }
-            for s in meter.samples
-        ]
-        out["marks"] = {k: round(v - burst.at, 1) for k, v in meter.marks.items()}
-        out["watch_errors"] = {n: w.errors[:5] for n, w in scale.watches.items()}
-        out["driver_errors"] = scale.played.errors[:10]
+        try:
+            scale.create(meter, out)
+            print(json.dumps({"create": out["create"]}, indent=1), flush=True)
+            scale.change_input(meter, out)
+            print(json.dumps({"input_change": out["input_change"]}, indent=1), flush=True)
+            scale.delete(meter, out)
+            print(json.dumps({"delete": out["delete"]}, indent=1), flush=True)
+        finally:
+            _readings(scale, meter, out)
     out["in_memory"] = model.fleet(args.model_xrs)
     return out
 
 
+def _readings(scale: ScaleRun, meter: Meter, out: dict[str, Any]) -> None:
+    """The meter's readings and marks (from the burst), and what the watches and driver met."""
+    origin = meter.marks.get("burst", meter.samples[0].at if meter.samples else time.monotonic())
+    out["samples"] = [
+        {
+            "t": round(s.at - origin, 1),
+            "function_calls": s.function_calls,
+            "reconciles": s.reconciles,
+            "queue_depth": s.queue_depth,
+            "stored_objects": s.stored_objects,
+            "cpu": s.cpu,
+            "rss_mib": {n: r[0] for n, r in s.rss.items()},
+        }
+        for s in meter.samples
+    ]
+    out["marks"] = {k: round(v - origin, 1) for k, v in meter.marks.items()}
+    if "create" not in out and "burst" in meter.marks:
+        # The burst did not finish: how many XRs reached Ready, and how long they took.
+        out["create_unfinished"] = {
+            name: summary([t - origin for t in w.ready_at.values()])
+            for name, w in scale.watches.items()
+        }
+    out["watch_errors"] = {n: w.errors[:5] for n, w in scale.watches.items()}
+    out["driver_errors"] = scale.played.errors[:10]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.scale", description=__doc__.split("\n\n", 1)[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m e2e.scale", description=__doc__.split("\n\n", 1)[0]
+    )
     parser.add_argument("--xrs", type=int, default=int(os.environ.get("SCALE_XRS", "200")))
     parser.add_argument("--real", type=int, default=int(os.environ.get("SCALE_REAL", "3")))
     parser.add_argument("--delete", type=int, default=int(os.environ.get("SCALE_DELETE", "50")))
     parser.add_argument("--model-xrs", type=int, default=1000)
     parser.add_argument(
-        "--circuit-breaker-burst", type=float, default=CROSSPLANE_CIRCUIT_BREAKER_BURST, help="Crossplane's (its default: 100)"
+        "--circuit-breaker-burst",
+        type=float,
+        default=CROSSPLANE_CIRCUIT_BREAKER_BURST,
+        help="Crossplane's (its default: 100)",
     )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between readings")
     parser.add_argument("--timeout", type=float, default=3600, help="the longest a phase may take")
-    parser.add_argument("--root", default="", help="where the logs go (a temporary directory by default)")
+    parser.add_argument(
+        "--root", default="", help="where the logs go (a temporary directory by default)"
+    )
     parser.add_argument("--out", default="benchmarks/results/scale.json")
     args = parser.parse_args(argv)
+    result: dict[str, Any] = {}
+    code = 0
     try:
-        result = run(args)
-    except TimeoutError as err:
-        print(f"FAILED: {err}", file=sys.stderr)
-        return 1
+        run(args, result)
+    except (TimeoutError, KeyboardInterrupt) as err:
+        # What was measured up to here is kept: a phase that times out is itself a finding.
+        result["interrupted"] = f"{type(err).__name__}: {err}"
+        print(f"FAILED: {result['interrupted']}", file=sys.stderr)
+        code = 1
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
-    return 0
+    return code
 
 
 if __name__ == "__main__":
