@@ -49,6 +49,8 @@ class Sample:
     waiting: tuple[str, ...] = ()  # "<plugin>: <waitingFor>" of each plugin not Ready
     composed: int = 0
     unready: tuple[str, ...] = ()  # composed resources not ready as the function counts them
+    upgrade: str = ""  # status.upgrade: whether a chart is mid-upgrade (day two)
+    charts_healthy: str = ""  # the ChartsHealthy condition's status
     error: str = ""
 
     def said(self) -> str:
@@ -87,6 +89,8 @@ def sample(composite: Composite) -> Sample:
         waiting=tuple(f"{p['name']}: {p.get('waitingFor', '')}" for p in plugins if p.get("phase") != "Ready"),
         composed=len(composed),
         unready=tuple(sorted(n for n, o in composed.items() if not composed_ready(o))),
+        upgrade=str((xr or {}).get("status", {}).get("upgrade", "")),
+        charts_healthy=str(cond.get("ChartsHealthy", {}).get("status", "")),
     )
 
 

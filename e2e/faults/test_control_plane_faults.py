@@ -7,6 +7,9 @@ etcd. One XR (``faults-a``) goes through its lifecycle with a fault at each poin
 1. the function SIGKILLed mid-creation: the issuer, roles and the Releases gated on an
    initialized control plane are Ready, those gated on an available one not yet composed; the
    control plane turns available while the function is down;
+1b. the function SIGKILLed mid-upgrade: the load balancer controller moved to another chart
+   version (its IAM with it), its Release running the new spec and soaking; the function's only
+   memory of the move is the record on the Release;
 2. Crossplane core SIGKILLed mid-withdrawal of a removed plugin (EFS): the first layer is
    marked for deletion, its Usages and what they protect are not;
 3. kube-apiserver and etcd SIGKILLed mid-deletion of the cluster: the Cluster is gone and the
@@ -26,6 +29,7 @@ its repair to convergence.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -48,7 +52,9 @@ from e2e.faults.invariants import (
     withdrawal_problems,
 )
 from e2e.faults.report import Row
+from function import upgrade
 from function.flavour import ORPHAN_MANAGEMENT_POLICIES
+from function.spec import UpgradePolicySpec
 
 T = TypeVar("T")
 EXAMPLE = "selfhosted-full"
@@ -57,6 +63,10 @@ EXAMPLE = "selfhosted-full"
 DOWN_S = seconds(8, 150)
 # Generous: the machine's load, not the function, decides how long a reconcile takes.
 CONVERGE_S = seconds(300, 600)
+# The load balancer controller's chart the mid-upgrade case moves to (v2.12: IAM moves too).
+MOVE_LBC_TO = "1.12.0"
+# spec.upgradePolicy.soakSeconds' default: how long a move runs before it is Healthy.
+SOAK_S = int(UpgradePolicySpec.model_fields["soak_seconds"].default)
 # What selfhosted-full composes only once the control plane is available.
 HELD_FOR_AVAILABLE = {"ebs-release", "efs-release", "lbc-release"}
 
@@ -117,6 +127,52 @@ def test_function_killed_mid_creation(demo: Composite, parts: Parts) -> None:
     assert_converged_like_the_world(demo)
     row.holds("nothing deleted", withdrawal_problems(demo, demo.providers, demo.composed(), set()))
     row.holds("honest status", honesty_problems(watch.between(outage.down_at, time.monotonic()), ready_from=outage.started_at))
+    row.done()
+
+
+def _upgrade_record(obj: dict[str, Any]) -> dict[str, Any]:
+    raw = obj.get("metadata", {}).get("annotations", {}).get(upgrade.RECORD_ANNOTATION)
+    return json.loads(raw) if raw else {}
+
+
+def test_function_killed_mid_upgrade(demo: Composite, parts: Parts) -> None:
+    lbc = demo.composed()["lbc-release"]
+    running = lbc["spec"]["forProvider"]["chart"]["version"]
+    target = MOVE_LBC_TO if running != MOVE_LBC_TO else None  # None: back to the default
+    row = Row("function SIGKILLed, restarted", f"mid-upgrade (load balancer controller {running} -> {target or 'default'}, chart and IAM)")
+    before = {n: o["metadata"]["generation"] for n, o in demo.composed().items() if o["kind"] == "Release" and n != "lbc-release"}
+    xr = demo.xr()
+    assert xr is not None
+    watch = StatusWatch(demo).start()
+    patched_at = time.monotonic()
+    demo.kube.patch(xr["apiVersion"], xr["kind"], xr["metadata"]["name"], {"spec": {"ingress": {"awsLoadBalancerController": {"version": target}}}}, demo.namespace)
+
+    def moving() -> dict[str, Any] | None:
+        release = demo.composed()["lbc-release"]
+        record = _upgrade_record(release)
+        return record if record.get("phase") == "Upgrading" and record.get("runningSince") else None
+
+    record = demo.kube.wait_for(moving, "lbc-release running its new chart, soaking", timeout_s=CONVERGE_S, interval_s=0.2)
+    moved_to = record["version"]
+    outage = parts.crash("function")
+    row.state = f"lbc-release runs {moved_to}, soaking since {record['runningSince']}"
+    ride_out(parts, outage, watch, row, lambda: demo.wait_ready(timeout_s=CONVERGE_S, every_condition=True))
+
+    after = demo.settled_xr()
+    assert after is not None
+    entry = next(p for p in after["status"]["plugins"] if p["name"] == "aws-load-balancer-controller")
+    row.holds("converged", every_condition_true(after) + [f"{entry}"] * ((entry.get("upgrade"), entry.get("version")) != ("Healthy", moved_to)))
+    assert_converged_like_the_world(demo)
+    # One move at a time, the other charts untouched; the soak not cut short by the restart.
+    moved = {n: g for n, g in ((n, o["metadata"]["generation"]) for n, o in demo.composed().items() if n in before) if g != before[n]}
+    samples = watch.between(patched_at, time.monotonic())
+    healthy = [s for s in samples if s.readable and s.upgrade == "Healthy" and s.charts_healthy == "True"]
+    soak = SOAK_S - 2  # the clocks' seconds
+    early = [f"{s.at - patched_at:.0f} s after the patch: Healthy before a {SOAK_S} s soak" for s in healthy[:1] if s.at - patched_at < soak]
+    row.holds("no other chart moved, the soak kept", [f"{n} generation {before[n]} -> {g}" for n, g in moved.items()] + early)
+    # Said while it lasted: Upgrading, ChartsHealthy not True, every reading until the soak ended.
+    during = [s for s in samples if s.readable and s.at < patched_at + soak and s.at > outage.down_at]
+    row.holds("honest status", [f"{s.at - patched_at:.0f} s: upgrade {s.upgrade!r}, ChartsHealthy {s.charts_healthy}" for s in during if s.upgrade != "Upgrading" or s.charts_healthy == "True"] + ["no reading while the function was down"] * (not during))
     row.done()
 
 
