@@ -188,13 +188,28 @@ def uninstalls(watch: Providers, namespace: str, since: int = 0) -> list[str]:
     return [f"{e.resource} {e.what}" for e in watch.history(namespace)[since:] if e.what in {"uninstalled", "hung"}]
 
 
-def leftovers(composite: Composite) -> list[str]:
-    """Objects of the composed kinds the API server still holds in the composite's namespace."""
-    out = []
-    for api_version, kind in composed_kinds(namespaced=True):
-        for obj in composite.kube.list(api_version, kind, composite.namespace):
-            out.append(f"{kind} {obj['metadata']['name']}")
-    return out
+def leftovers(composite: Composite, settle_s: float = 60) -> list[str]:
+    """Objects of the composed kinds the API server still holds in the composite's namespace.
+
+    What is only still finalizing (marked for deletion: a ProviderConfig while its provider
+    releases it, just after the XR said ClusterDeleted) gets up to ``settle_s`` to go; an
+    object not even marked for deletion is left at once.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = [
+            obj
+            for api_version, kind in composed_kinds(namespaced=True)
+            for obj in composite.kube.list(api_version, kind, composite.namespace)
+        ]
+        finalizing = all(o["metadata"].get("deletionTimestamp") for o in left)
+        if not left or not finalizing or time.monotonic() > deadline:
+            return [
+                f"{o['kind']} {o['metadata']['name']}"
+                + (" (marked for deletion, still there)" if o["metadata"].get("deletionTimestamp") else "")
+                for o in left
+            ]
+        time.sleep(1)
 
 
 def explain(composite: Composite) -> str:
