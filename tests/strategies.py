@@ -123,10 +123,10 @@ class CountingRunner:
             return self.inner(req)
 
 
-def run_bounded(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    """``fn.run`` under the per-call time bound."""
+def run_bounded(req: fnv1.RunFunctionRequest, now: float | None = None) -> fnv1.RunFunctionResponse:
+    """``fn.run`` under the per-call time bound (``now``: the call's clock, default the wall's)."""
     with time_bound():
-        return fn.run(req)
+        return fn.run(req, now=now)
 
 
 # --- names and values -----------------------------------------------------------
@@ -781,14 +781,20 @@ def fatal_results(rsp: fnv1.RunFunctionResponse) -> list[fnv1.Result]:
     return [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
 
 
-def same_bytes_again(req: fnv1.RunFunctionRequest, first: fnv1.RunFunctionResponse) -> list[str]:
-    """Run ``req`` again, fresh (re-parsed, parse cache cleared) and warm: byte-identical answers."""
+def same_bytes_again(
+    req: fnv1.RunFunctionRequest, first: fnv1.RunFunctionResponse, now: float | None = None
+) -> list[str]:
+    """Run ``req`` again, fresh (re-parsed, parse cache cleared) and warm: byte-identical answers.
+
+    ``now``: the clock ``first`` was answered at. A day-two answer carries times (a soak's end,
+    when to call again): on the wall clock two runs a second apart may differ for that alone.
+    """
     want = first.SerializeToString(deterministic=True)
     out = []
     fresh = fnv1.RunFunctionRequest.FromString(req.SerializeToString(deterministic=True))
     accept.cache_clear()  # the answer must not depend on the cache
     for label, r in (("fresh", fresh), ("warm", req)):
-        got = run_bounded(r).SerializeToString(deterministic=True)
+        got = run_bounded(r, now).SerializeToString(deterministic=True)
         if got != want:
             out.append(f"{label} rerun differs from the first answer")
     return out

@@ -12,6 +12,7 @@ Example counts: HYPOTHESIS_PROFILE=fast (default) or soak (``make soak``).
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,6 +32,9 @@ from tests.scenarios import SCENARIOS, Scenario, staged_control_plane
 logging.configure(logging.Level.DISABLED)
 
 CHECK = gen.Checker()
+
+# One clock for a request answered again (tests/strategies.same_bytes_again).
+NOW = time.time()
 
 
 def _count(key: str, n: int = 1) -> None:
@@ -193,7 +197,7 @@ def test_generated_specs_converge_to_valid_resources(case: Case) -> None:
         plugins = world.xr["status"]["plugins"]
         assert any(p["phase"] != "Ready" and p.get("waitingFor") for p in plugins), plugins
     req = _final_request(world)
-    assert gen.same_bytes_again(req, gen.run_bounded(req)) == []
+    assert gen.same_bytes_again(req, gen.run_bounded(req, NOW), NOW) == []
     _count("cases")
 
 
@@ -516,7 +520,7 @@ def test_capi_objects_mutated_mid_life(scenario: Scenario, warmup: int, muts: li
     assert not errors, (described, errors[:10])
     assert world.deletions == [], (described, world.deletions)
     req = _final_request(world)
-    assert gen.same_bytes_again(req, gen.run_bounded(req)) == [], described
+    assert gen.same_bytes_again(req, gen.run_bounded(req, NOW), NOW) == [], described
     world.required = original
     for _ in range(20):
         world.reconcile()
