@@ -340,6 +340,7 @@ class Observed:
         self._ready: dict[str, bool] = {}
         self._upgraded: dict[str, bool] = {}
         self._arns: dict[str, str | None] = {}
+        self._charts: dict[str, str | None] = {}
         self._refs: dict[str, tuple[str, str, str] | None] = {}
 
     def get(self, name: str) -> struct_pb2.Struct | None:
@@ -393,6 +394,22 @@ class Observed:
             arn = None if obj is None else structs.str_at(obj, "status", "atProvider", "arn")
             self._arns[name] = arn
         return arn
+
+    def chart_version(self, name: str) -> str | None:
+        """``spec.forProvider.chart.version`` of an observed Release: the chart it asks for.
+
+        Read by the chart's default and by day two for every Release of every call.
+        """
+        version = self._charts.get(name, _UNSET)
+        if version is _UNSET:
+            obj = self.get(name)
+            version = (
+                None
+                if obj is None
+                else structs.str_at(obj, "spec", "forProvider", "chart", "version")
+            )
+            self._charts[name] = version
+        return version
 
     def ref(self, name: str) -> tuple[str, str, str] | None:
         """(apiVersion, kind, metadata.name) of an observed resource."""
@@ -468,8 +485,10 @@ def _current(obj: struct_pb2.Struct, conds: _Conditions) -> bool:
     Synced condition or no observedGeneration: a provider built before crossplane-runtime
     stamped it), the conditions are taken as they are.
     """
+    if conds.synced is None:
+        return True  # checked first: the generation is not read for nothing
     generation = _generation(obj)
-    if generation is None or conds.synced is None:
+    if generation is None:
         return True
     if not conds.synced:
         return False  # the provider failed to apply the current spec
@@ -609,12 +628,7 @@ class CallContext:
         target = minor_of(self.facts.kubernetes_target_version or "")
         minors = (running,) if target is None or target == running else (running, target)
         version = compat.default_for(chart, minors) or compat.newest_default(chart)
-        observed = self.observed.get(release)
-        runs = (
-            structs.str_at(observed, "spec", "forProvider", "chart", "version")
-            if observed is not None
-            else None
-        )
+        runs = self.observed.chart_version(release)
         if version is None:
             if runs:
                 return runs

@@ -285,8 +285,14 @@ def _day_two(status: PluginStatus, decisions: list[upgrade.Decision]) -> PluginS
         decisions[-1],
     )
     record = shown.record
-    status = dataclasses.replace(
-        status,
+    # Built whole (dataclasses.replace reads the fields' declarations on every call: this
+    # runs for every plugin of every call).
+    status = PluginStatus(
+        status.name,
+        status.phase,
+        status.waiting_for,
+        status.message,
+        status.reason,
         version=shown.running or "",
         target_version=shown.target_version or "",
         last_healthy_version=shown.last_healthy_version or "",

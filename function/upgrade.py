@@ -250,8 +250,12 @@ class _Observed:
     record: Record | None
     runs_spec: bool  # graph.release_ready: it runs the spec it holds
     running: str | None  # status.atProvider.version
-    failed: bool  # helm left the release failed
     problem: str  # the provider's Synced=False message, if any
+
+    @property
+    def failed(self) -> bool:
+        """Whether helm left the release failed (read only for a move in flight)."""
+        return structs.str_at(self.obj, "status", "atProvider", "state") == "failed"
 
 
 class _Release(NamedTuple):
@@ -280,7 +284,6 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
         record=parse_record(text) if text else None,
         runs_spec=runs_spec,
         running=structs.str_at(obj, "status", "atProvider", "version"),
-        failed=structs.str_at(obj, "status", "atProvider", "state") == "failed",
         problem=problem,
     )
 
@@ -596,21 +599,26 @@ def _steady(
     """
     node, desired, seen, iam = release
     fp = seen.for_provider
-    version = _chart_version(fp)
+    version = call.ctx.observed.chart_version(node.name) or ""  # _chart_version(fp), read once
     want = _for_provider(desired)
-    if _holds(fp, want):
+    # The steady state: it holds the spec built now, equal (one comparison in C); emitted as
+    # the spec built now, it is annotated in place, no copy.
+    same = fp == want
+    if same or _holds(fp, want):
         if record.phase is Phase.ROLLED_BACK:
             # The spec asks again for what runs (a person took the failed version back out):
             # nothing failed is wanted any more.
             record = Record(Phase.HEALTHY, record.since, record.version, record.target)
+        # Only a held Release reads its last healthy spec (the converged one has none).
+        lh_version = _lh_version(seen, version) if record.phase is Phase.FAILED else version
         return Decision(
             node.name,
-            _emit(desired, fp, record, None),
+            _emit(desired, want if same else fp, record, None),
             record,
             seen.running,
             None,
-            version if record.phase is not Phase.FAILED else _lh_version(seen, version),
-            message=_settled_message(record, _lh_version(seen, version)),
+            lh_version,
+            message=_settled_message(record, lh_version),
             versions=_steady_versions(seen, record, version),
         )
     if _helm_holds(fp, want) and record.phase is not Phase.FAILED:
