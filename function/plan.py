@@ -418,19 +418,14 @@ def _withdraw_in_usage_order(
         )
 
 
-def _users_leaving(
-    ctx: CallContext, carried: list[str], kept: set[str], withdrawing: list[str]
-) -> list[str]:
+def _users_leaving(ctx: CallContext, carried: list[str], kept: set[str]) -> list[str]:
     """The users of carried Usages that the API server still has, no longer observed.
 
     Crossplane drops a composed resource from the observed ones once it deleted it, while it
     may stay (a Release while helm uninstalls it, or cannot reach the cluster).
     """
     users = (USAGE_ENDS[n][0] for n in carried if n in USAGE_ENDS)
-    return sorted(
-        {u for u in users if not ctx.observed.exists(u) and u not in kept}
-        - set(withdrawing)
-    )
+    return sorted({u for u in users if not ctx.observed.exists(u) and u not in kept})
 
 
 def _still_used(ctx: CallContext, plan: Plan, unwanted: list[str], composite: str) -> list[str]:
@@ -779,7 +774,7 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     _protect_cluster(ctx, plan, hold_new, composite)
     kept.update(r.name for r in plan.resources[withdrawn_until:])
     withdrawing = [n for n in ctx.observed.names() if n not in kept]
-    withdrawing += _users_leaving(ctx, carried, kept, withdrawing)
+    withdrawing += _users_leaving(ctx, carried, kept)
 
     _report(
         ctx,

@@ -296,11 +296,11 @@ def render(
         capabilities=not crossplane_v1,
     )
     world.composed = observed_composed(observed)
-    # The call comes just after what it observes: its clock is the latest time the observed
-    # state names (conditions, a Release's day-two record), or the world's start.
-    world.start = int(max([world.start, *(latest_time(c.obj) for c in world.composed.values())]))
-    if now is not None:
-        world.start = now
+    # Unless given, the call comes just after what it observes: its clock is the latest time
+    # the observed state names (conditions, a Release's day-two record), or the world's start.
+    if now is None:
+        now = int(max([world.start, *(latest_time(c.obj) for c in world.composed.values())]))
+    world.start = now
     rsp, iterations = world.call()
     fatal = next((r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
     if fatal is not None:
