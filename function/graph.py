@@ -91,6 +91,11 @@ class Node:
     # observed resource while it is not Ready ("" when nothing known): its plugin is Blocked.
     diagnose: Callable[[struct_pb2.Struct], str] | None = None
 
+# Every Release's rollbackLimit: provider-helm retries a failed install (uninstall, install) or
+# upgrade (rollback) this many times; upgrade.INSTALL_TRY_ANNOTATION has it retry an install at
+# once.
+ROLLBACK_LIMIT = 3
+
 
 @dataclass(frozen=True, eq=False)
 class Release:

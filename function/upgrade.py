@@ -52,7 +52,15 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.graph import CallContext, MissingFactError, Node, Plugin, Readiness, Wait
+from function.graph import (
+    ROLLBACK_LIMIT,
+    CallContext,
+    MissingFactError,
+    Node,
+    Plugin,
+    Readiness,
+    Wait,
+)
 
 # Whether an add-on's IAM grants what some chart versions of its release need (registry.IAM_CHECKS).
 IAMCheck = Callable[[CallContext, tuple[str, ...]], Wait | None]
@@ -61,6 +69,13 @@ RECORD_ANNOTATION = "clusterplugin.dev/upgrade"
 LAST_HEALTHY_ANNOTATION = "clusterplugin.dev/last-healthy"
 # On the XR: a new value lets a failed spec be tried again as it is.
 RETRY_ANNOTATION = "clusterplugin.dev/retry-upgrade"
+# On a Release whose first install failed: provider-helm's count of its tries (status.failed).
+# With a rollbackLimit, provider-helm uninstalls such a release to retry, and then installs
+# again only at its next poll (crossplane-runtime requeues a successful update after the poll
+# interval, 10 minutes by default): an add-on cut off mid-install by a network blip stayed
+# missing that long. A new value of an annotation is a change of desired state, which
+# provider-helm acts on at once (its watch's DesiredStateChanged predicate).
+INSTALL_TRY_ANNOTATION = "clusterplugin.dev/install-try"
 
 
 class Phase(StrEnum):
@@ -759,7 +774,12 @@ def decide(
     # In flight first: a move settling in this call frees the way for the next one.
     releases.sort(key=lambda r: r.seen.record is None or r.seen.record.phase not in IN_FLIGHT)
     for release in releases:
-        out.decisions[release.node.name] = _decide_one(call, release)
+        decision = _decide_one(call, release)
+        tries = _install_tries(release.seen.obj)
+        if tries and decision.body is not None:
+            annotations = decision.body.fields["metadata"].struct_value.fields["annotations"]
+            annotations.struct_value.fields[INSTALL_TRY_ANNOTATION].string_value = tries
+        out.decisions[release.node.name] = decision
     return out
 
 
@@ -794,6 +814,9 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
         if not seen.runs_spec:
             # Installing (never healthy yet): the spec the function builds, as on day one.
             detail = f"{node.name}: {seen.problem}" if seen.problem else ""
+            tries = _install_tries(seen.obj)
+            if tries and not detail:
+                detail = _install_failed(node.name, int(tries))
             return Decision(
                 node.name,
                 _emit(desired, _for_provider(desired), None, None),
@@ -815,6 +838,29 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
             Phase.HEALTHY, since, _chart_version(fp), digest(_as_written(fp, desired))
         )
     return _steady(call, release, record)
+
+
+def _install_failed(name: str, tries: int) -> str:
+    if tries < ROLLBACK_LIMIT:
+        return f"{name}: helm's install failed ({tries}x); provider-helm installs it again"
+    return (
+        f"{name}: helm's install failed {tries} times, provider-helm's limit: it tries no more. "
+        f"Find helm's error in provider-helm's log, then delete the Release to install it afresh"
+    )
+
+
+def _install_tries(obj: struct_pb2.Struct) -> str:
+    """What a Release carries in INSTALL_TRY_ANNOTATION ("" for none).
+
+    provider-helm's count of failed tries while it has one, else what the Release carries
+    already: the count drops to 0 once the release is deployed, and an annotation that
+    vanished then would be one more write for provider-helm to act on, for nothing.
+    """
+    failed = structs.value_at(obj, "status", "failed")
+    tries = int(failed.number_value) if failed is not None else 0
+    if tries > 0:
+        return str(tries)
+    return structs.str_at(obj, "metadata", "annotations", INSTALL_TRY_ANNOTATION) or ""
 
 
 def _ready_since(obj: struct_pb2.Struct) -> str | None:

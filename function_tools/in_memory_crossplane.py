@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -77,6 +78,13 @@ class Composed:
     error: str = ""
     # The reconcile it last turned Ready at (its Ready condition's lastTransitionTime).
     ready_at: int = 0
+    # A Release whose install was cut off: helm left it failed (until provider-helm's next
+    # look uninstalls it to retry), provider-helm's count of tries (status.failed), and the
+    # reconcile it uninstalled at with the desired state it had then (see _act).
+    install_failed: bool = False
+    failed_tries: int = 0
+    retry_from: int | None = None
+    desired_at_retry: str = ""
 
 
 @dataclass
@@ -277,6 +285,7 @@ class InMemoryCrossplane:
         provider_delay: int = 1,
         seconds_per_reconcile: int = 10,
         missing_charts: Iterable[str] = (),
+        interrupted_installs: Iterable[str] = (),
         runner: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse] | None = None,
     ) -> None:
         self.xr = copy.deepcopy(xr)
@@ -300,6 +309,9 @@ class InMemoryCrossplane:
         self.start = self.START  # the clock at reconcile 0
         # "<chart>@<version>" the chart repository does not have: provider-helm fails.
         self.missing_charts = set(missing_charts)
+        # Releases (composition resource names) whose first helm install the workload cluster's
+        # API is lost in the middle of, once: helm leaves the release failed.
+        self.interrupted_installs = set(interrupted_installs)
         self.runner = runner if runner is not None else self._run
         self.composed: dict[str, Composed] = {}
         self.step = 0
@@ -454,7 +466,22 @@ class InMemoryCrossplane:
                 "revision": c.revision,
                 "version": c.deployed.get("chart", {}).get("version", ""),
             }
-        if c.error and c.obj.get("kind") == "Release":
+        if (
+            c.obj.get("kind") == "Release"
+            and c.deployed is None
+            and (c.install_failed or c.failed_tries)
+        ):
+            # What helm left (a failed first revision), as provider-helm last observed it.
+            status["atProvider"] = {"state": "failed", "revision": 1}
+        if c.failed_tries and c.deployed is None:
+            status["failed"] = c.failed_tries  # reset once deployed
+        if c.obj.get("kind") == "Release" and c.retry_from is not None:
+            # Uninstalled to retry: a successful update, Synced, the release not deployed.
+            status["conditions"] = [
+                {"type": "Ready", "status": "False", "reason": "Unavailable"},
+                synced,
+            ]
+        elif c.error and c.obj.get("kind") == "Release":
             # provider-helm's Observe found the release not up to date: Unavailable.
             status["conditions"] = [
                 {"type": "Ready", "status": "False", "reason": "Unavailable"},
@@ -625,8 +652,33 @@ class InMemoryCrossplane:
         if c.obj.get("kind") != "Release":
             c.acted_generation = c.generation
             return
+        if c.install_failed:
+            # provider-helm v1.3.0 (rollbackLimit set) finds the release failed: it uninstalls
+            # it to retry (status.failed + 1) and, the update done, installs again only at its
+            # next poll or on a change of the Release's desired state (its watch's predicate).
+            c.install_failed, c.error = False, ""
+            c.failed_tries += 1
+            c.retry_from, c.desired_at_retry = self.step, self._desired_state(c)
+            return
+        if c.retry_from is not None:
+            if (
+                self.step - c.retry_from < self.helm_poll
+                and self._desired_state(c) == c.desired_at_retry
+            ):
+                return
+            c.retry_from = None
         for_provider = c.obj.get("spec", {}).get("forProvider", {})
         chart = for_provider.get("chart", {})
+        if c.deployed is None and c.name in self.interrupted_installs:
+            self.interrupted_installs.discard(c.name)
+            c.install_failed = True
+            c.error = (
+                "failed to install release: 1 error occurred:\n\t* Post "
+                '"https://workload:6443/apis/apps/v1/namespaces/kube-system/daemonsets'
+                '?fieldManager=provider-helm": unexpected EOF'
+            )
+            c.acted_generation = c.generation
+            return
         if f"{chart.get('name')}@{chart.get('version')}" in self.missing_charts:
             # What provider-helm v1.3.0 reports when helm cannot pull the chart.
             verb = "upgrade" if c.deployed is not None else "install"
@@ -646,6 +698,15 @@ class InMemoryCrossplane:
             c.upgraded_at = self.step
         c.deployed = copy.deepcopy(for_provider)
         c.revision += 1
+        c.failed_tries = 0  # provider-helm resets it once the release is deployed
+
+    @staticmethod
+    def _desired_state(c: Composed) -> str:
+        """What provider-helm's watch reacts to: the spec, the labels and the annotations."""
+        meta = c.obj.get("metadata", {})
+        return json.dumps(
+            [c.obj.get("spec"), meta.get("labels"), meta.get("annotations")], sort_keys=True
+        )
 
     def _create(self, name: str, body: dict[str, Any]) -> Composed:
         meta = body.setdefault("metadata", {})

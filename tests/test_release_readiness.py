@@ -18,7 +18,7 @@ import pytest
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import graph
+from function import graph, upgrade
 from function.graph import Observed, Readiness
 from tests.scenarios import by_name, staged_control_plane
 
@@ -161,4 +161,40 @@ def test_without_the_rule_the_xr_waits_for_the_poll(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(graph, "upgraded_release", lambda _obj: False)
     world = _play()
     assert world.composed["cni-release"].upgraded_at is not None
+    assert not world.xr_ready
+
+
+def _play_cut_install(steps: int = 40) -> Any:
+    world = by_name("selfhosted-full").world(helm_poll=1000, interrupted_installs={"cni-release"})
+    world.run(steps, before=staged_control_plane())
+    return world
+
+
+def _plugin_messages(world: Any, plugin: str) -> list[str]:
+    out = []
+    for rec in world.history:
+        status = resource.struct_to_dict(rec.response.desired.composite.resource).get("status", {})
+        out += [p.get("message", "") for p in status.get("plugins", []) if p["name"] == plugin]
+    return out
+
+
+def test_an_install_cut_off_mid_way_is_installed_again_at_once() -> None:
+    """The workload cluster's API lost in the middle of the CNI's helm install (seen on the real
+    provider-helm in e2e/faults/test_helm_faults.py): helm leaves the release failed, and
+    provider-helm uninstalls it to retry, then installs again only at its next poll. The
+    function writes provider-helm's count of tries on the Release: a change of desired state,
+    which provider-helm acts on at once."""
+    world = _play_cut_install()
+    cni = world.composed["cni-release"]
+    assert cni.deployed is not None and cni.failed_tries == 0, cni
+    assert cni.obj["metadata"]["annotations"][upgrade.INSTALL_TRY_ANNOTATION] == "1"
+    assert world.xr_ready
+    assert any("helm's install failed (1x); provider-helm installs it again" in m for m in _plugin_messages(world, "vpc-cni"))
+
+
+def test_without_the_nudge_the_cut_off_install_waits_for_provider_helms_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upgrade, "_install_tries", lambda _obj: "")
+    world = _play_cut_install()
+    cni = world.composed["cni-release"]
+    assert cni.deployed is None and cni.retry_from is not None, cni
     assert not world.xr_ready

@@ -9,8 +9,10 @@ minutes by default), so that a cut of ``CUT_S`` outlasts every timeout on its wa
 client-go's TLS handshake (10 s), and the reconciles that fail meanwhile back off. ``make faults``
 cuts for longer than the default 10 minutes.
 
-1. The workload cluster's API cut mid-creation: once the first Release is deployed and before
-   the rest are, for ``CUT_S``; then restored.
+1. The workload cluster's API cut mid-creation: in the middle of the CNI's helm install (its
+   release Secret pending-install), for ``CUT_S``; then restored. helm leaves the release failed
+   or pending; provider-helm uninstalls it to retry and would install it again only at its poll
+   (10 minutes): the function's ``clusterplugin.dev/install-try`` has it install again at once.
 2. provider-helm stopped mid-withdrawal of a removed plugin (EFS): the Release is marked for
    deletion and cannot be uninstalled; what it uses (its role and their Usages) must stay.
 3. provider-helm stopped mid-deletion of the cluster: the Releases carry the orphan policy; once
@@ -49,6 +51,7 @@ from e2e.faults.invariants import (
 )
 from e2e.faults.netcut import NetCut
 from e2e.faults.report import Row
+from function import upgrade
 from function.flavour import ORPHAN_MANAGEMENT_POLICIES
 
 T = TypeVar("T")
@@ -144,16 +147,23 @@ def test_workload_api_cut_mid_creation(demo: Composite, path: NetCut, helm_histo
     demo.control_plane_revisions["initialized"] = demo.capi.set_control_plane(initialized=True, available=False)
     demo.control_plane_revisions["available"] = demo.capi.set_control_plane(initialized=True, available=True)
 
-    def some_deployed() -> bool:
-        got = releases(demo)
-        return any(composed_ready(o) for o in got.values())
+    def cni_installing() -> bool:
+        cni = releases(demo).get("cni-release")
+        if cni is None:
+            return False
+        name = cni["metadata"]["annotations"]["crossplane.io/external-name"]
+        return helm_history.first(name, status="pending-install") is not None
 
-    demo.kube.wait_for(some_deployed, "a first Release deployed", timeout_s=CONVERGE_S, interval_s=0.2)
+    demo.kube.wait_for(cni_installing, "the CNI's helm install under way", timeout_s=CONVERGE_S, interval_s=0.1)
     watch = StatusWatch(demo).start()
     path.cut()
     cut_at = time.monotonic()
     got = releases(demo)
-    row.state = f"{sum(composed_ready(o) for o in got.values())} of {len(got)} Releases composed so far deployed"
+    cni_name = got["cni-release"]["metadata"]["annotations"]["crossplane.io/external-name"]
+    cut_off = helm_history.first(cni_name, status="deployed") is None
+    row.state = f"{sum(composed_ready(o) for o in got.values())} of {len(got)} Releases composed so far deployed" + (
+        "; the CNI's helm install cut off" if cut_off else ""
+    )
     time.sleep(CUT_S)
     during = watch.between(cut_at, time.monotonic())
     path.restore()
@@ -162,6 +172,12 @@ def test_workload_api_cut_mid_creation(demo: Composite, path: NetCut, helm_histo
     row.down_s, row.recovery_s = restored_at - cut_at, time.monotonic() - restored_at
     print(f"\nwhat the XR said: {what_it_said(watch.stop())}")
     print("\n".join(helm_history.timeline()))
+    cni = demo.composed()["cni-release"]
+    print(f"cni-release: status.failed {cni['status'].get('failed')}, annotations {cni['metadata']['annotations']}")
+    if cut_off:
+        # helm could not finish the install: provider-helm uninstalled it to retry, and the
+        # function had it install again at once (else: at its poll, 10 minutes on).
+        assert upgrade.INSTALL_TRY_ANNOTATION in cni["metadata"]["annotations"], helm_history.timeline()
 
     # The cut was met: provider-helm's connections were held, the Releases reported it.
     assert path.held > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.graph import CallContext, Release, ValuesPath
+from function.graph import ROLLBACK_LIMIT, CallContext, Release, ValuesPath
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
@@ -114,5 +114,5 @@ def release(
         for_provider["wait"] = True
         for_provider["waitTimeout"] = WAIT_TIMEOUT
     return ctx.flavour.release(
-        {"forProvider": for_provider, "rollbackLimit": 3}, release_name=decl.name
+        {"forProvider": for_provider, "rollbackLimit": ROLLBACK_LIMIT}, release_name=decl.name
     )
