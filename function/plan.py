@@ -569,12 +569,12 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
             )
     for name in sorted(n for n in before if n):
         plan.results.append(ResultOut("Normal", "PluginRemoved", f"{name} removed from the spec"))
+    previous = {
+        structs.str_at(c, "type"): (structs.str_at(c, "status"), structs.str_at(c, "reason"))
+        for c in structs.structs_at(xr, "status", "conditions")
+    }
     for cond in plan.conditions:
-        prev = None
-        for c in structs.structs_at(xr, "status", "conditions"):
-            if structs.str_at(c, "type") == cond.type:
-                prev = (structs.str_at(c, "status"), structs.str_at(c, "reason"))
-        if prev == (cond.status, cond.reason):
+        if previous.get(cond.type) == (cond.status, cond.reason):
             continue
         if cond.event:
             plan.results.append(ResultOut(cond.event, cond.reason, cond.message))

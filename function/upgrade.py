@@ -266,6 +266,7 @@ class _Observed:
     runs_spec: bool  # graph.release_ready: it runs the spec it holds
     running: str | None  # status.atProvider.version
     problem: str  # the provider's Synced=False message, if any
+    install_tries: str  # what it carries in INSTALL_TRY_ANNOTATION (see _install_tries)
 
     @property
     def failed(self) -> bool:
@@ -300,6 +301,7 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
         runs_spec=runs_spec,
         running=structs.str_at(obj, "status", "atProvider", "version"),
         problem=problem,
+        install_tries=_install_tries(obj),
     )
 
 
@@ -775,7 +777,7 @@ def decide(
     releases.sort(key=lambda r: r.seen.record is None or r.seen.record.phase not in IN_FLIGHT)
     for release in releases:
         decision = _decide_one(call, release)
-        tries = _install_tries(release.seen.obj)
+        tries = release.seen.install_tries
         if tries and decision.body is not None:
             annotations = decision.body.fields["metadata"].struct_value.fields["annotations"]
             annotations.struct_value.fields[INSTALL_TRY_ANNOTATION].string_value = tries
@@ -814,9 +816,8 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
         if not seen.runs_spec:
             # Installing (never healthy yet): the spec the function builds, as on day one.
             detail = f"{node.name}: {seen.problem}" if seen.problem else ""
-            tries = _install_tries(seen.obj)
-            if tries and not detail:
-                detail = _install_failed(node.name, int(tries))
+            if seen.install_tries and not detail:
+                detail = _install_failed(node.name, int(seen.install_tries))
             return Decision(
                 node.name,
                 _emit(desired, _for_provider(desired), None, None),

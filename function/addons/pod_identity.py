@@ -216,7 +216,8 @@ def status(ctx: CallContext) -> Mapping[str, Any]:
     """status.podIdentityCluster while an association exists (read by the rule on mode changes)."""
     for item in ctx.observed.resources.values():
         obj = item.resource
-        if structs.str_at(obj, "kind") == ASSOCIATION_KIND:
+        fields = obj.fields  # every observed resource, every call: read directly
+        if "kind" in fields and fields["kind"].string_value == ASSOCIATION_KIND:
             cluster = structs.str_at(obj, "spec", "forProvider", "clusterName")
             if cluster:
                 return {"podIdentityCluster": cluster}
