@@ -301,7 +301,8 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
         runs_spec=runs_spec,
         running=structs.str_at(obj, "status", "atProvider", "version"),
         problem=problem,
-        install_tries=_install_tries(obj),
+        # A Release that ran healthy once has a record: its failed upgrades are day two's.
+        install_tries=_install_tries(obj, installing=not text),
     )
 
 
@@ -850,17 +851,20 @@ def _install_failed(name: str, tries: int) -> str:
     )
 
 
-def _install_tries(obj: struct_pb2.Struct) -> str:
+def _install_tries(obj: struct_pb2.Struct, *, installing: bool) -> str:
     """What a Release carries in INSTALL_TRY_ANNOTATION ("" for none).
 
-    provider-helm's count of failed tries while it has one, else what the Release carries
-    already: the count drops to 0 once the release is deployed, and an annotation that
-    vanished then would be one more write for provider-helm to act on, for nothing.
+    While it is being installed, provider-helm's count of failed tries when it has one; else
+    what the Release carries already: the count drops to 0 once the release is deployed, and
+    an annotation that vanished then would be one more write for provider-helm to act on, for
+    nothing. A failed upgrade also counts in ``status.failed`` (provider-helm rolls it back),
+    but day two answers that itself (a rollback written at once): the value is not moved for it.
     """
-    failed = structs.value_at(obj, "status", "failed")
-    tries = int(failed.number_value) if failed is not None else 0
-    if tries > 0:
-        return str(tries)
+    if installing:
+        failed = structs.value_at(obj, "status", "failed")
+        tries = int(failed.number_value) if failed is not None else 0
+        if tries > 0:
+            return str(tries)
     return structs.str_at(obj, "metadata", "annotations", INSTALL_TRY_ANNOTATION) or ""
 
 
