@@ -30,6 +30,7 @@ its repair to convergence.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -238,6 +239,34 @@ def test_apiserver_and_etcd_killed_mid_cluster_deletion(demo: Composite, parts: 
     demo.kube.wait_for(lambda: demo.xr() is None, "the empty XR gone", timeout_s=60)
 
 
+def crash_when_gone_is_written(composite: Composite, parts: Parts) -> tuple[threading.Event, dict[str, Any]]:
+    """SIGKILL the function the moment the API server delivers the XR version that first records
+    ``Gone`` (a watch, not a poll: Crossplane may call again within milliseconds, as soon as the
+    garbage collector deletes what the Cluster owned). What it got: ``outage`` and ``revision``
+    (the etcd revision of that XR version)."""
+    xr = composite.xr()
+    assert xr is not None
+    got: dict[str, Any] = {}
+    fired, stop = threading.Event(), threading.Event()
+
+    def on_event(event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if fired.is_set() or event_type == "DELETED" or (meta.get("namespace"), meta["name"]) != (composite.namespace, xr["metadata"]["name"]):
+            return
+        if (obj.get("status", {}).get("clusterDeletion") or {}).get("phase") == "Gone":
+            got["outage"] = parts.crash("function")
+            got["revision"] = int(meta["resourceVersion"])
+            fired.set()
+            stop.set()
+
+    def on_error(err: Exception) -> None:
+        got.setdefault("errors", []).append(f"{type(err).__name__}: {err}")
+
+    thread = threading.Thread(target=composite.kube.follow, args=(xr["apiVersion"], xr["kind"], on_event, stop, on_error), daemon=True)
+    thread.start()
+    return fired, got
+
+
 def test_function_killed_when_the_cluster_is_first_found_gone(
     fault_control_plane: ControlPlane, played_api: dict, played: DeletionWatch, parts: Parts
 ) -> None:
@@ -256,20 +285,22 @@ def test_function_killed_when_the_cluster_is_first_found_gone(
         timeout_s=CONVERGE_S,
     )
     played.unreachable.add(composite.namespace)
+    fired, got = crash_when_gone_is_written(composite, parts)
     composite.capi.finish_deletion()
-    composite.kube.wait_for(
-        lambda: ((composite.xr() or {}).get("status", {}).get("clusterDeletion") or {}).get("phase") == "Gone",
-        "the cluster recorded Gone",
-        timeout_s=CONVERGE_S,
-        interval_s=0.05,
+    assert fired.wait(CONVERGE_S), f"no XR version recorded Gone within {CONVERGE_S} s: {got.get('errors')}"
+    outage: Outage = got["outage"]
+    withdrawn = [e for e in played.history(composite.namespace)[since:] if e.what in {"deleting", "deleted"}]
+    # Crossplane may have called again before the kill landed: say where it landed.
+    row.state = f"phase Gone recorded, {len(withdrawn)} of {len(before)} marked for deletion" + (
+        "" if not withdrawn else " (the second call had run)"
     )
-    outage = parts.crash("function")
-    deleted_then = [e for e in played.history(composite.namespace)[since:] if e.what in {"deleting", "deleted"}]
-    row.state = f"phase Gone recorded, {len(deleted_then)} of {len(before)} marked for deletion"
     done = ride_out(parts, outage, watch, row, lambda: cluster_deleted(composite, CONVERGE_S))
 
-    # Gone is recorded after one call found the cluster gone: nothing goes before a second does.
-    assert not deleted_then, deleted_then
+    # Gone is recorded after one call found the cluster gone: nothing goes before a second call
+    # does. Crossplane deletes what a call no longer wants before it writes the XR's status, so
+    # a deletion by the call that recorded Gone would precede that XR version in etcd.
+    early = [e for e in played.history(composite.namespace)[since:] if e.what in {"deleting", "deleted"} and e.revision < got["revision"]]
+    assert not early, f"withdrawn by the call that recorded Gone (XR at revision {got['revision']}): {early}"
     row.holds("ClusterDeleted, nothing left", leftovers(composite))
     row.holds("nothing uninstalled", uninstalls(played, composite.namespace, since))
     row.holds("withdrawn in Usage order, nothing refused", withdrawal_problems(composite, played, before, set(before), since=since))
