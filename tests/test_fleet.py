@@ -10,6 +10,7 @@ and its chart as one unit on day two, and the rollout decides only who moves whe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from typing import Any
 
@@ -18,7 +19,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.names import PARTITIONS
 from function.policies import lbc_policy
-from function.rollout.spec import OpenWave, RolloutSpec, bucket, wave_of
+from function.rollout import answer
+from function.rollout.spec import OpenWave, RolloutSpec, RolloutStatus, bucket, wave_of
+from function.rollout.target import FAILED, ROLLED_BACK, UPGRADING
 from function_tools.fleet import Fleet, Sample
 from tests.kube_schema import xr_status_errors
 from tests.scenarios import example
@@ -169,6 +172,9 @@ def test_a_healthy_rollout_moves_canary_then_each_wave_in_its_share_to_complete(
     after += fleet.run(8)
     tried = {k for k in fleet.worlds if any(s.clusters[k][0] == MISSING for s in after)}
     assert tried == {f"{ns}/demo" for ns in CANARY_CLUSTERS}
+    # The canaries that failed stay named once they are back (they then report RolledBack).
+    assert {fleet.worlds[k].xr["status"]["rollout"]["phase"] for k in tried} == {"RolledBack"}
+    assert {f["name"] for f in fleet.rollout["status"]["failed"]} == tried
     for key in fleet.worlds:
         assert all(s.clusters[key][0] in (NEW, MISSING) for s in after), key
         assert _chart(fleet, key) == NEW, key
@@ -287,3 +293,32 @@ def test_a_bad_rollout_gets_one_fatal_naming_the_field_and_nobody_follows_it(
     assert message in fatal[0].message
     assert all("rollout" not in w.xr["status"] for w in fleet.worlds.values())
     assert all(_chart(fleet, k) == OLD for k in fleet.worlds)
+
+
+def test_a_cluster_that_failed_stays_named_after_it_rolled_back() -> None:
+    """The real provider-helm's order (e2e/controlplane/test_fleet_rollout.py): the canary's own
+    progress deadline fails it, the rollout rolls back, then the canary reports RolledBack."""
+    spec = RolloutSpec.model_validate(rollout(onFailure="Rollback")["spec"])
+    canary = answer.Member("team-00/demo", {"fleet": "prod", "ring": "canary"}, 0.5, UPGRADING, "", "")
+    other = answer.Member("team-01/demo", {"fleet": "prod"}, 0.2, "", "", "")
+    moving = answer.decide(spec, RolloutStatus(), [canary, other], 1000.0)
+    assert (moving.phase, moving.failed) == ("Progressing", [])
+    why = "aws-load-balancer-controller: chart not found"
+    failed = answer.decide(spec, moving, [dataclasses.replace(canary, phase=FAILED, reason=why), other], 1010.0)
+    assert failed.phase == "RolledBack"
+    assert [(n.name, n.reason) for n in failed.failed] == [("team-00/demo", why)]
+    back = answer.decide(spec, failed, [dataclasses.replace(canary, phase=ROLLED_BACK), other], 1020.0)
+    assert back.phase == "RolledBack"
+    assert [(n.name, n.reason) for n in back.failed] == [("team-00/demo", why)]
+    assert back.counts.failed == 0  # the counts are what the clusters report now
+
+
+def test_the_clusters_a_progress_deadline_stopped_are_named() -> None:
+    spec = RolloutSpec.model_validate(rollout(onFailure="Halt")["spec"])
+    canary = answer.Member("team-00/demo", {"fleet": "prod", "ring": "canary"}, 0.5, UPGRADING, "", "")
+    moving = answer.decide(spec, RolloutStatus(), [canary], 1000.0)
+    halted = answer.decide(spec, moving, [canary], 1000.0 + 601)
+    assert halted.phase == "Halted"
+    assert [(n.name, n.reason) for n in halted.failed] == [
+        ("team-00/demo", "not healthy within the progress deadline (600s): Upgrading")
+    ]

@@ -144,6 +144,29 @@ def _note(members: list[Member]) -> list[ClusterNote]:
     return [ClusterNote(name=m.name, reason=m.reason) for m in members[:LISTED]]
 
 
+def _failed(
+    failed: list[Member], late: list[Member], last: RolloutStatus, deadline_s: int
+) -> list[ClusterNote]:
+    """``status.failed``: who failed, who was not healthy when the deadline stopped it.
+
+    Once the rollout stopped, those it named then stay named.
+    """
+    notes = _note(failed) + [
+        ClusterNote(
+            name=m.name,
+            reason=f"not healthy within the progress deadline ({deadline_s}s): "
+            f"{m.phase or 'not reported'}" + (f", {m.reason}" if m.reason else ""),
+        )
+        for m in late
+    ]
+    if last.phase in FAILED_PHASES:
+        # Once it rolled back, they report RolledBack, not Failed: without this the status
+        # would no longer say which clusters stopped it.
+        named = {n.name for n in notes}
+        notes += [n for n in last.failed if n.name not in named]
+    return notes[:LISTED]
+
+
 def decide(
     spec: RolloutSpec, last: RolloutStatus, members: list[Member], now: float
 ) -> RolloutStatus:
@@ -184,6 +207,7 @@ def decide(
     phase = last.phase or Phase.PROGRESSING
     progress_since = last.progress_since
     message = last.message
+    late: list[Member] = []  # not healthy when the progress deadline stopped the rollout
     if phase not in FAILED_PHASES:
         deadline = seconds_of(progress_since) + strategy.progress_deadline_seconds
         failing = ""
@@ -196,6 +220,7 @@ def decide(
                 f"{opened[-1].name} is past its progress deadline "
                 f"({strategy.progress_deadline_seconds}s) with {len(waiting)} clusters not healthy"
             )
+            late = waiting
         if failing:
             phase = Phase.ROLLED_BACK if strategy.on_failure is OnFailure.ROLLBACK else Phase.HALTED
             message = failing + (
@@ -238,7 +263,7 @@ def decide(
         waves=opened,
         progressSince=progress_since,
         counts=counts,
-        failed=_note(failed),
+        failed=_failed(failed, late, last, strategy.progress_deadline_seconds),
         skipped=_note(skipped),
         message=message,
         settled=last.settled,

@@ -293,7 +293,13 @@ class RolloutStatus(StrictModel):
         description="Since when the open wave has had to make progress (RFC 3339).",
     )
     counts: ClusterCount = Field(default_factory=ClusterCount, description="The fleet.")
-    failed: list[ClusterNote] = Field(default_factory=list, description="Failed clusters.")
+    failed: list[ClusterNote] = Field(
+        default_factory=list,
+        description=(
+            "The clusters that failed, or that were not healthy when the progress deadline "
+            "stopped the rollout; named until a new target starts again."
+        ),
+    )
     skipped: list[ClusterNote] = Field(default_factory=list, description="Skipped clusters.")
     message: str = Field(default="", description="What the rollout waits for, or why it failed.")
     settled: Settled | None = Field(
