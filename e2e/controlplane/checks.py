@@ -10,6 +10,7 @@ from crossplane.function import resource
 from e2e.controlplane import model
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from function import upgrade
+from function.flavour import KINDS
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 
 STATUS_FIELDS = ("issuerURL", "oidcProviderARN", "roleARNs", "plugins", "clusterDeletion")
@@ -211,3 +212,36 @@ def assert_deleted_in_usage_order(composite: Composite, usages: dict[str, dict[s
             )
     assert checked, "no used resource was deleted"
     assert not problems, "\n".join(problems)
+
+
+def assert_claim_converged(claim: Composite, namespace: str) -> None:
+    """A legacy claim and its cluster-scoped XR Ready with the in-memory world's composed set,
+    the function's conditions on the claim too, only the legacy flavour's kinds composed."""
+    got = claim.resource()
+    assert condition_status(got, "Ready") == "True", conditions(got)
+    xr = claim.xr()
+    assert xr is not None and "namespace" not in xr["metadata"]
+    assert xr["metadata"]["labels"]["crossplane.io/claim-namespace"] == namespace
+    assert_converged_like_the_world(claim)
+    # The function's conditions reach the claim too (target composite and claim).
+    for typ in ("PluginsReady", "SecurityGroupsReady"):
+        assert conditions(got)[typ]["status"] == conditions(xr)[typ]["status"], typ
+    assert {(o["kind"], o["apiVersion"]) for o in claim.composed().values()} <= {(k, v[0]) for k, v in KINDS.items()}
+
+
+def assert_claim_deletion_in_usage_order(claim: Composite, namespace: str) -> None:
+    """Delete the claim: every composed resource goes, in Usage order, and nothing hangs."""
+    composed = claim.composed()
+    usages = {n: o for n, o in composed.items() if n.startswith("usage-")}
+    got = claim.resource()
+    assert got is not None
+    claim.kube.delete(got["apiVersion"], got["kind"], got["metadata"]["name"], namespace)
+    claim.kube.wait_for(lambda: claim.resource() is None, "the claim gone", timeout_s=60)
+    names = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in composed.values()}
+    claim.kube.wait_for(
+        lambda: all(claim.kube.get(a, k, n) is None for a, k, n in names),
+        "every composed resource deleted",
+        timeout_s=180,
+    )
+    assert_deleted_in_usage_order(claim, usages)
+    assert not [e for e in claim.providers.history() if e.what == "hung"]

@@ -66,17 +66,21 @@ class Composite:
         self.capi = ClusterAPI(self.cp.kube, example_dir / "required", self.namespace, self.workload_kubeconfig)
         self.manifest = yaml.safe_load((example_dir / self.document).read_text())
         self.manifest["metadata"]["namespace"] = self.namespace
-        if not self.is_claim:
-            self._issue_as_the_xr_says()
+        self._issue_as_the_xr_says()
 
     def _issue_as_the_xr_says(self) -> None:
         """The control plane signs with the issuer ``function-cluster-plugin issuer`` prints for
-        this XR, as a user sets it: the example's KubeadmControlPlane names its own namespace's
+        this XR or claim, as a user sets it: the example's KubeadmControlPlane names its own namespace's
         (the issuer's bucket name holds the namespace), and IssuerReady is True only on a match."""
         kcp = self.capi.examples.get("KubeadmControlPlane")
         config = (kcp or {}).get("spec", {}).get("kubeadmConfigSpec", {}).get("clusterConfiguration", {})
         args = config.get("apiServer", {}).get("extraArgs")
-        if not isinstance(args, list) or not any(a.get("name") == "service-account-issuer" for a in args):
+        # v1beta2: a list of {name, value}; v1beta1 (a legacy example's): a map.
+        if isinstance(args, dict):
+            sets_issuer = "service-account-issuer" in args
+        else:
+            sets_issuer = isinstance(args, list) and any(a.get("name") == "service-account-issuer" for a in args)
+        if not sets_issuer:
             return
         required = []
         for obj in self.capi.examples.values():
@@ -86,6 +90,9 @@ class Composite:
         try:
             url = issuer.compute(self.manifest, step_input=model.step_input(self.composition), required=required).url
         except issuer.IssuerError:
+            return
+        if isinstance(args, dict):
+            args["service-account-issuer"] = url
             return
         for arg in args:
             if arg.get("name") == "service-account-issuer":

@@ -14,14 +14,13 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.controlplane.checks import (
-    assert_converged_like_the_world,
+    assert_claim_converged,
+    assert_claim_deletion_in_usage_order,
     assert_creations_follow_gates,
-    assert_deleted_in_usage_order,
 )
-from e2e.controlplane.composite import Composite, condition_status, conditions
+from e2e.controlplane.composite import Composite
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ControlPlane
-from function.flavour import KINDS
 
 NAMESPACE = "platform"
 
@@ -34,17 +33,7 @@ def edge(control_plane: ControlPlane, legacy_api: dict, legacy_providers: Provid
 
 
 def test_claim_and_xr_converge_ready_with_the_worlds_composed_set(edge: Composite) -> None:
-    claim = edge.resource()
-    assert condition_status(claim, "Ready") == "True", conditions(claim)
-    xr = edge.xr()
-    assert xr is not None and "namespace" not in xr["metadata"]
-    assert xr["metadata"]["labels"]["crossplane.io/claim-namespace"] == NAMESPACE
-    assert_converged_like_the_world(edge)
-    # The function's conditions reach the claim too (target composite and claim).
-    for typ in ("PluginsReady", "SecurityGroupsReady"):
-        assert conditions(claim)[typ]["status"] == conditions(xr)[typ]["status"], typ
-    # The cluster-scoped kinds of the legacy flavour, Usages included.
-    assert {(o["kind"], o["apiVersion"]) for o in edge.composed().values()} <= {(k, v[0]) for k, v in KINDS.items()}
+    assert_claim_converged(edge, NAMESPACE)
 
 
 def test_creations_follow_the_functions_gates(edge: Composite) -> None:
@@ -59,17 +48,4 @@ def test_creations_follow_the_functions_gates(edge: Composite) -> None:
 
 
 def test_deleting_the_claim_removes_everything(edge: Composite) -> None:
-    composed = edge.composed()
-    usages = {n: o for n, o in composed.items() if n.startswith("usage-")}
-    claim = edge.resource()
-    assert claim is not None
-    edge.kube.delete(claim["apiVersion"], claim["kind"], claim["metadata"]["name"], NAMESPACE)
-    edge.kube.wait_for(lambda: edge.resource() is None, "the claim gone", timeout_s=60)
-    names = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in composed.values()}
-    edge.kube.wait_for(
-        lambda: all(edge.kube.get(a, k, n) is None for a, k, n in names),
-        "every composed resource deleted",
-        timeout_s=180,
-    )
-    assert_deleted_in_usage_order(edge, usages)
-    assert not [e for e in edge.providers.history() if e.what == "hung"]
+    assert_claim_deletion_in_usage_order(edge, NAMESPACE)
