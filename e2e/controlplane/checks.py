@@ -114,6 +114,7 @@ def assert_converged_like_the_world(composite: Composite) -> None:
         timeout_s=180,
     )
     xr = composite.settled_xr()
+    assert xr is not None, "the XR is not there"
     assert condition_status(xr, "Ready") == "True", conditions(xr)
     assert condition_status(xr, "Synced") == "True", conditions(xr)
     real = composite.composed()

@@ -40,6 +40,7 @@ import pytest
 from e2e.aws.deletion import DeletionWatch
 from e2e.controlplane.checks import assert_converged_like_the_world, gone_without_efs
 from e2e.controlplane.composite import Composite, condition_status, conditions
+from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ControlPlane
 from e2e.faults.control import Outage, Parts
 from e2e.faults.durations import seconds
@@ -93,7 +94,7 @@ def ride_out(parts: Parts, outage: Outage, watch: StatusWatch, row: Row, converg
     return got
 
 
-def wait_for_event(watch: DeletionWatch, namespace: str, since: int, what: set[str], names: set[str] | None = None) -> None:
+def wait_for_event(watch: Providers, namespace: str, since: int, what: set[str], names: set[str] | None = None) -> None:
     """Until the watch records one of ``what`` for one of ``names`` (any composed resource when None)."""
     def seen() -> bool:
         return any(e.what in what and (names is None or e.resource in names) for e in watch.history(namespace)[since:])
