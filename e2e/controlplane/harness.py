@@ -494,7 +494,8 @@ class ControlPlane:
         revision = self.package_revision(kind, package, timeout_s)
         # The name the package manager gives it with the Deployment runtime
         # (apis pkg/v1 GetTLSServerSecretName: <package>-tls-server).
-        server_secret = revision.get("spec", {}).get("tlsServerSecretName") or f"{package}-tls-server"
+        named = revision.get("spec", {}).get("tlsServerSecretName")
+        server_secret = named or f"{package}-tls-server"
         self.kube.apply(
             {
                 "apiVersion": "v1",
@@ -515,7 +516,9 @@ class ControlPlane:
                 "metadata": {"name": revision["metadata"]["name"]},
                 "status": {
                     **status,
-                    "tlsServerSecretName": server_secret,
+                    # Where the package manager named none in the spec (v2's External runtime;
+                    # Crossplane 1.20 names it in the spec, and its status has no such field).
+                    **({} if named else {"tlsServerSecretName": server_secret}),
                     "conditions": [
                         {
                             "type": "RuntimeHealthy",
