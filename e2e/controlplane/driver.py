@@ -46,6 +46,14 @@ from function_tools.in_memory_crossplane import (
 
 PROVIDER_FINALIZER = "finalizer.managedresource.crossplane.io"
 CAPI_CLUSTER_FINALIZER = "cluster.cluster.x-k8s.io"
+# The finalizers the providers of a cluster's control plane and infrastructure object hold
+# them by while they clean up (KCP, CAPA).
+DESCENDANT_FINALIZERS = {
+    "KubeadmControlPlane": "kubeadm.controlplane.cluster.x-k8s.io",
+    "AWSManagedControlPlane": "awsmanagedcontrolplane.controlplane.cluster.x-k8s.io",
+    "AWSCluster": "awscluster.infrastructure.cluster.x-k8s.io",
+    "AWSManagedCluster": "awsmanagedcluster.infrastructure.cluster.x-k8s.io",
+}
 NOW = "2026-01-01T00:00:00Z"
 
 
@@ -421,9 +429,31 @@ class ClusterAPI:
         assert got is not None and got["metadata"].get("deletionTimestamp"), got
         return _rv(got)
 
+    def delete_descendants(self) -> None:
+        """What CAPI's Cluster controller does once the Cluster is deleted: it deletes the
+        control plane and the infrastructure object, which their providers' finalizers hold
+        while they clean up (a deletionTimestamp is all Crossplane 1.x can see of the
+        deletion: it never reads the Cluster)."""
+        for example in self._objects():
+            if example["kind"] == "Cluster":
+                continue
+            api_version, kind, name = example["apiVersion"], example["kind"], example["metadata"]["name"]
+            finalizer = {"metadata": {"finalizers": [DESCENDANT_FINALIZERS[kind]]}}
+            self.kube.patch(api_version, kind, name, finalizer, self.namespace)
+            self.kube.delete(api_version, kind, name, self.namespace)
+
     def finish_deletion(self) -> None:
         """CAPI is done: its finalizer goes, the Cluster with it, and the garbage collector
-        deletes what the Cluster owns (control plane, infrastructure, Secrets)."""
+        deletes what the Cluster owns (control plane, infrastructure, Secrets); a descendant
+        being deleted (delete_descendants) lets go too."""
+        for example in self._objects():
+            if example["kind"] == "Cluster":
+                continue
+            got = self.kube.get(example["apiVersion"], example["kind"], example["metadata"]["name"], self.namespace)
+            if got is not None and got["metadata"].get("deletionTimestamp"):
+                self.kube.patch(
+                    example["apiVersion"], example["kind"], got["metadata"]["name"], {"metadata": {"finalizers": None}}, self.namespace
+                )
         cluster = self.examples["Cluster"]
         self.kube.patch(cluster["apiVersion"], "Cluster", self.name, {"metadata": {"finalizers": None}}, self.namespace)
 

@@ -6,7 +6,9 @@ XR XClusterPlugin, and the cluster-scoped ClusterPluginRollout. Everything else 
 ``platform``, its cluster made by the driver from the example's v1beta1 objects, the played
 providers, and the same checks: converged like the in-memory world, creations after their gates,
 deletion in Usage order with nothing refused by 1.x's usage webhook. 1.x asks the function's
-required resources as extra resources, one round trip each (``function/flavour.py``).
+required resources as extra resources, one round trip each (``function/flavour.py``). Then
+what only 1.x has: the cluster's own deletion seen through the control plane alone (1.x never
+reads the Cluster), and a ClusterPluginRollout across claims.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -22,12 +25,14 @@ from e2e.controlplane.checks import (
     assert_claim_converged,
     assert_claim_deletion_in_usage_order,
     assert_creations_follow_gates,
+    assert_deleted_in_usage_order,
 )
 from e2e.controlplane.composite import Composite, conditions
 from e2e.controlplane.conftest import running_control_plane
 from e2e.controlplane.core_1 import CrossplaneOneControlPlane
 from e2e.controlplane.driver import Providers
 from e2e.controlplane.harness import ROOT, ControlPlane
+from function_tools.in_memory_crossplane import orphaned
 
 NAMESPACE = "platform"
 
@@ -88,6 +93,80 @@ def test_creations_follow_the_functions_gates(claim: Composite) -> None:
 
 def test_deleting_the_claim_removes_everything(claim: Composite) -> None:
     assert_claim_deletion_in_usage_order(claim, NAMESPACE)
+
+
+def _refusals(core: ControlPlane) -> int:
+    """Deletions 1.20's usage webhook has refused so far (internal/usage/handler.go logs each at
+    debug level with the message it answers: "This resource is in-use by ...")."""
+    return len(core.log_lines("crossplane", '"msg": "This resource is in-use'))
+
+
+def test_the_clusters_own_deletion(core_1: ControlPlane, api_1: dict, providers_1: Providers) -> None:
+    """docs/architecture.md, "The cluster's own deletion", on 1.x, which never reads the Cluster:
+    CAPI deletes the control plane and infrastructure object once the Cluster is deleted, and
+    their deletionTimestamp is what the function sees. Deleting -> every Release orphaned,
+    nothing deleted; gone (the providers' finalizers done, the garbage collector takes the
+    rest) -> everything withdrawn in Usage order, no Release uninstalled nor hanging, no
+    deletion refused by 1.20's usage webhook, and the XR says ClusterDeleted."""
+    namespace = "gone-1x"
+    composite = Composite(core_1, providers_1, "calico-legacy-claim", api_1, namespace, document="claim.yaml")
+    composite.create(staged=False)
+    composite.wait_ready(timeout_s=240)
+    before = composite.composed()
+    releases = {n for n, o in before.items() if o["kind"] == "Release"}
+    assert releases
+    ours = {o["metadata"]["name"] for o in before.values()}
+    since = len(providers_1.history())
+    refused_before = _refusals(core_1)
+
+    composite.capi.delete()
+    composite.capi.delete_descendants()
+
+    def orphaned_and_recorded() -> dict[str, Any] | None:
+        composed = composite.composed()
+        # Legacy managed resources are orphaned by deletionPolicy: Orphan.
+        if not all(orphaned(composed[n]) for n in releases):
+            return None
+        xr = composite.xr()
+        return xr if conditions(xr).get("PluginsReady", {}).get("reason") == "ClusterDeleting" else None
+
+    xr = core_1.kube.wait_for(orphaned_and_recorded, "every Release orphaned, the XR ClusterDeleting", timeout_s=60)
+    assert xr["status"]["clusterDeletion"]["phase"] == "Deleting", xr["status"]["clusterDeletion"]
+    assert set(composite.composed()) == set(before), "something was dropped while the cluster was only being deleted"
+    assert not [e for e in providers_1.history()[since:] if e.name in ours and e.what == "deleted"]
+
+    # The providers are done: the finalizers go, the garbage collector takes the rest, and
+    # provider-helm can no longer reach the workload cluster. Legacy Releases are
+    # cluster-scoped: "" makes every one unreachable (one deleted without the orphan policy
+    # would hang).
+    providers_1.unreachable.add("")
+    try:
+        composite.capi.finish_deletion()
+        core_1.kube.wait_for(composite.capi.gone, "the Cluster and what it owned gone", timeout_s=60)
+        names = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in before.values()}
+        core_1.kube.wait_for(
+            lambda: all(core_1.kube.get(a, k, n) is None for a, k, n in names),
+            "everything composed deleted",
+            timeout_s=300,
+            interval_s=1,
+        )
+        xr = core_1.kube.wait_for(
+            lambda: (got := composite.xr()) is not None
+            and conditions(got).get("PluginsReady", {}).get("reason") == "ClusterDeleted"
+            and got,
+            "the XR ClusterDeleted",
+            timeout_s=120,
+            interval_s=1,
+        )
+    finally:
+        providers_1.unreachable.discard("")
+    assert xr["status"]["plugins"] == [] and "roleARNs" not in xr["status"], xr["status"]
+    events = [e for e in providers_1.history()[since:] if e.name in ours]
+    assert {e.resource for e in events if e.what == "orphaned"} == releases, events
+    assert {e.resource for e in events if e.what == "deleted"} == set(before), events
+    assert not [e for e in events if e.what in {"uninstalled", "hung"}]
+    assert_deleted_in_usage_order(composite, {n: o for n, o in before.items() if n.startswith("usage-")})
+    assert _refusals(core_1) == refused_before
 
 
 # --- a rollout across three claims ---------------------------------------------------------------
