@@ -4,7 +4,8 @@
   case ends: the XR's Ready, Synced and PluginsReady, what each plugin waits for, and which
   composed resources are not ready as the function counts them (``composed_ready``). A reading
   the API server cannot answer (it is down) is kept as unreadable.
-- ``honesty_problems``: at every reading, a Ready XR had everything composed ready, and was not
+- ``honesty_problems``: at every reading, a Ready XR had everything composed ready (a resource
+  seen unready in one reading only may have turned so between its two reads), and was not
   Ready at all before ``ready_from`` (a part was down, or the XR was being created or its cluster
   deleted); an XR not Ready said why: Crossplane's Synced=False message (the function or an API
   unreachable), the function's PluginsReady message and each waiting plugin's ``waitingFor``,
@@ -133,14 +134,21 @@ def honesty_problems(samples: list[Sample], *, ready_from: float | None) -> list
     if not readable:
         return ["no reading of the XR at all during the fault"]
     out = []
+    before: Sample | None = None
     for s in readable:
         if s.ready == "True":
             if ready_from is None or s.at < ready_from:
                 out.append(f"{s.at:.1f}: Ready while a part was down or the XR was not done")
-            elif s.unready:
-                out.append(f"{s.at:.1f}: Ready while {', '.join(s.unready)} not ready")
+            elif s.unready and before is not None and before.ready == "True" and set(s.unready) & set(before.unready):
+                # A reading is two reads (the XR, then what it composed): a resource that turns
+                # unready between them (a provider meeting a 500) is seen before Crossplane has
+                # reconciled the XR on it. So the XR lies only if it still says Ready at the
+                # next reading (a second later) with that resource still unready.
+                both = sorted(set(s.unready) & set(before.unready))
+                out.append(f"{s.at:.1f}: Ready while {', '.join(both)} not ready (since {before.at:.1f})")
         elif not s.said():
             out.append(f"{s.at:.1f}: not Ready (Ready={s.ready!r}) and said nothing of why")
+        before = s
     return out
 
 
