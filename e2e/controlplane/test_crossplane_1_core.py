@@ -150,10 +150,12 @@ def test_the_clusters_own_deletion(core_1: ControlPlane, api_1: dict, providers_
             timeout_s=300,
             interval_s=1,
         )
+        def cluster_deleted() -> dict[str, Any] | None:
+            got = composite.xr()
+            return got if conditions(got).get("PluginsReady", {}).get("reason") == "ClusterDeleted" else None
+
         xr = core_1.kube.wait_for(
-            lambda: (got := composite.xr()) is not None
-            and conditions(got).get("PluginsReady", {}).get("reason") == "ClusterDeleted"
-            and got,
+            cluster_deleted,
             "the XR ClusterDeleted",
             timeout_s=120,
             interval_s=1,
