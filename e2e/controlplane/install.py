@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from e2e.controlplane.composite import conditions
-from e2e.controlplane.harness import ControlPlane, friendly_id
+from e2e.controlplane.harness import ROOT, ControlPlane, friendly_id
 from e2e.registry import PublishedRelease
 from function.flavour import NAMESPACED_XR, XRType
 from function_tools import apigen
@@ -53,6 +53,17 @@ def revision_name(package: str, digest: str, generation: int) -> str:
     sha256 of "<digest hex>|<generation>")."""
     revision_id = hashlib.sha256(f"{digest.partition(':')[2]}|{generation}".encode()).hexdigest()
     return friendly_id(package, revision_id)
+
+
+def legacy_example_composition(package_composition: dict[str, Any]) -> dict[str, Any]:
+    """examples/calico-legacy-claim/composition.yaml (its cluster's CAPI serves only v1beta1)
+    calling the Function the package's Composition calls (the example names the default
+    registry's), as the README's Input table says to apply it beside the package's."""
+    composition = yaml.safe_load((ROOT / "examples" / "calico-legacy-claim" / "composition.yaml").read_text())
+    (function,) = {s["functionRef"]["name"] for s in package_composition["spec"]["pipeline"]}
+    for step in composition["spec"]["pipeline"]:
+        step["functionRef"]["name"] = function
+    return composition
 
 
 def missing_providers_message() -> str:

@@ -25,15 +25,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e.controlplane.checks import assert_converged_like_the_world
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.conftest import running_control_plane
 from e2e.controlplane.core_1 import CrossplaneOneControlPlane
 from e2e.controlplane.driver import Providers
-from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ROOT, ControlPlane
-from e2e.controlplane.install import PKG, PROVIDER_NAMES, QuickStart, condition
+from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ControlPlane
+from e2e.controlplane.install import (
+    PKG,
+    PROVIDER_NAMES,
+    QuickStart,
+    condition,
+    legacy_example_composition,
+)
 from e2e.registry import LocalRegistry, PublishedRelease
 from function.flavour import LEGACY_XR
 
@@ -57,15 +62,6 @@ def core_1_install(registry: LocalRegistry, tmp_path_factory: pytest.TempPathFac
     options = {"crossplane_args": [f"--ca-bundle-path={registry.ca_file}"], "function_package": False}
     with running_control_plane(tmp_path_factory.mktemp("install-crossplane1"), CrossplaneOneControlPlane, **options) as cp:
         yield cp
-
-
-def _example_composition(package_composition: dict[str, Any]) -> dict[str, Any]:
-    """examples/calico-legacy-claim/composition.yaml calling the Function the package's Composition calls."""
-    composition = yaml.safe_load((ROOT / "examples" / "calico-legacy-claim" / "composition.yaml").read_text())
-    (function,) = {s["functionRef"]["name"] for s in package_composition["spec"]["pipeline"]}
-    for step in composition["spec"]["pipeline"]:
-        step["functionRef"]["name"] = function
-    return composition
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +88,7 @@ def installed(
         composition = quick_start.wait_api()
         cp.kube.apply(quick_start.provider_config())
         api = time.monotonic()
-        capi_v1beta1 = _example_composition(composition)
+        capi_v1beta1 = legacy_example_composition(composition)
         cp.kube.apply(capi_v1beta1)
         composite = Composite(cp, providers, "calico-legacy-claim", capi_v1beta1, NAMESPACE, document="claim.yaml")
         composite.create(staged=False)

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e.controlplane.checks import assert_converged_like_the_world
 from e2e.controlplane.composite import Composite, condition_status, conditions
 from e2e.controlplane.driver import Providers
-from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ROOT, ControlPlane
-from e2e.controlplane.install import PKG, QuickStart, revision_name
+from e2e.controlplane.harness import PARENT_PACKAGE_LABEL, ControlPlane
+from e2e.controlplane.install import PKG, QuickStart, legacy_example_composition, revision_name
 from e2e.registry import PublishedRelease
 from function.flavour import LEGACY_XR
 
@@ -59,16 +58,6 @@ def _skip_dependency_resolution(configuration: dict[str, Any]) -> None:
     configuration["spec"]["skipDependencyResolution"] = True
 
 
-def _example_composition(package_composition: dict[str, Any]) -> dict[str, Any]:
-    """examples/calico-legacy-claim/composition.yaml calling the Function the package's
-    Composition calls (the example names the default registry's)."""
-    composition = yaml.safe_load((ROOT / "examples" / "calico-legacy-claim" / "composition.yaml").read_text())
-    (function,) = {s["functionRef"]["name"] for s in package_composition["spec"]["pipeline"]}
-    for step in composition["spec"]["pipeline"]:
-        step["functionRef"]["name"] = function
-    return composition
-
-
 @pytest.fixture(scope="module")
 def installed(install_control_plane: ControlPlane, published_release: PublishedRelease) -> Iterator[Installed]:
     cp = install_control_plane
@@ -88,7 +77,7 @@ def installed(install_control_plane: ControlPlane, published_release: PublishedR
             cp.kube.apply(doc)
         cp.play_function_runtime(published_release.function_name)
         cp.kube.apply(quick_start.provider_config())
-        capi_v1beta1 = _example_composition(composition)
+        capi_v1beta1 = legacy_example_composition(composition)
         cp.kube.apply(capi_v1beta1)
         composite = Composite(cp, providers, "calico-legacy-claim", capi_v1beta1, NAMESPACE, document="claim.yaml")
         composite.create(staged=False)
