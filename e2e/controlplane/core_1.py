@@ -35,12 +35,9 @@ class CrossplaneOneControlPlane(ControlPlane):
         """
         out = super().crds()
         for crd in out:
-            versions = {v["name"]: v for v in crd["spec"]["versions"]}
-            if crd["spec"]["group"] in CAPI_GROUPS and "v1beta1" in versions:
-                for name, version in versions.items():
-                    version["storage"] = name == "v1beta1"
-                    version["served"] = name == "v1beta1"
-                crd["spec"]["versions"] = [versions["v1beta1"]]
+            v1beta1 = next((v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"), None)
+            if crd["spec"]["group"] in CAPI_GROUPS and v1beta1 is not None:
+                crd["spec"]["versions"] = [{**v1beta1, "served": True, "storage": True}]
         return out
 
     def cached_package(self, source: str, digest: str) -> Path:

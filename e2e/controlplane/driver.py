@@ -315,6 +315,10 @@ class ClusterAPI:
     def _objects(self) -> list[dict[str, Any]]:
         return [o for k, o in self.examples.items() if k in CLUSTER_KINDS]
 
+    def _descendants(self) -> list[dict[str, Any]]:
+        """The control plane and infrastructure object: what the Cluster owns among its kinds."""
+        return [o for o in self._objects() if o["kind"] != "Cluster"]
+
     def control_plane(self) -> dict[str, Any]:
         return next(o for o in self._objects() if o["kind"].endswith("ControlPlane"))
 
@@ -336,9 +340,7 @@ class ClusterAPI:
             "name": self.name,
             "uid": self.uid,
         }
-        for example in self._objects():
-            if example["kind"] == "Cluster":
-                continue
+        for example in self._descendants():
             obj = _strip(example)
             obj["metadata"]["namespace"] = self.namespace
             obj["metadata"]["ownerReferences"] = [owner]
@@ -434,9 +436,7 @@ class ClusterAPI:
         control plane and the infrastructure object, which their providers' finalizers hold
         while they clean up (a deletionTimestamp is all Crossplane 1.x can see of the
         deletion: it never reads the Cluster)."""
-        for example in self._objects():
-            if example["kind"] == "Cluster":
-                continue
+        for example in self._descendants():
             api_version, kind, name = example["apiVersion"], example["kind"], example["metadata"]["name"]
             finalizer = {"metadata": {"finalizers": [DESCENDANT_FINALIZERS[kind]]}}
             self.kube.patch(api_version, kind, name, finalizer, self.namespace)
@@ -446,9 +446,7 @@ class ClusterAPI:
         """CAPI is done: its finalizer goes, the Cluster with it, and the garbage collector
         deletes what the Cluster owns (control plane, infrastructure, Secrets); a descendant
         being deleted (delete_descendants) lets go too."""
-        for example in self._objects():
-            if example["kind"] == "Cluster":
-                continue
+        for example in self._descendants():
             got = self.kube.get(example["apiVersion"], example["kind"], example["metadata"]["name"], self.namespace)
             if got is not None and got["metadata"].get("deletionTimestamp"):
                 self.kube.patch(
