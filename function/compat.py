@@ -210,6 +210,32 @@ def newest_default(chart: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
+def cluster_minors(running: str, target: str) -> tuple[Minor, ...]:
+    """The minors a default must suit: the control plane's, and while it moves, the next one.
+
+    ``running``: the version it runs; ``target``: the one it moves to, if any. () while the
+    running one is not known.
+    """
+    now, then = minor_of(running), minor_of(target)
+    if now is None:
+        return ()
+    return (now,) if then is None or then == now else (now, then)
+
+
+@functools.lru_cache(maxsize=1024)
+def default_not_older(chart: str, minors: tuple[Minor, ...], runs: str) -> str | None:
+    """``default_for`` the ``minors`` (else the newest default), never older than what runs.
+
+    ``runs``: the chart version the release runs ("" for none): a default does not downgrade.
+    None when no default is known and nothing runs.
+    """
+    version = default_for(chart, minors) or newest_default(chart)
+    if version is None:
+        return runs or None
+    return runs if runs and newer(runs, version) else version
+
+
+@functools.lru_cache(maxsize=1024)
 def newer(a: str, b: str) -> bool:
     """Whether chart version ``a`` comes after ``b`` (False when either is not a version)."""
     ka, kb = _version_key(a), _version_key(b)

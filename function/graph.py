@@ -21,7 +21,6 @@ from google.protobuf import struct_pb2
 
 from function import compat, structs
 from function.cluster import ClusterFacts
-from function.compat import minor_of
 from function.flavour import Flavour
 from function.names import Names, Partition, partition_of
 from function.rollout.target import RolloutTarget
@@ -346,6 +345,7 @@ class Observed:
         self._upgraded: dict[str, bool] = {}
         self._arns: dict[str, str | None] = {}
         self._charts: dict[str, str | None] = {}
+        self._deployed: dict[str, str | None] = {}
         self._refs: dict[str, tuple[str, str, str] | None] = {}
 
     def get(self, name: str) -> struct_pb2.Struct | None:
@@ -377,7 +377,14 @@ class Observed:
         if readiness is Readiness.EXISTS:
             return self.get(name) is not None
         if readiness is Readiness.RELEASE:
-            return self._judged(self._upgraded, name, release_ready)
+            verdict = self._upgraded.get(name)
+            if verdict is None:
+                obj = self.get(name)
+                verdict = obj is not None and release_ready(
+                    obj, self.chart_version(name), self.deployed_version(name)
+                )
+                self._upgraded[name] = verdict
+            return verdict
         return self._judged(self._ready, name, fresh)
 
     def _judged(
@@ -416,6 +423,20 @@ class Observed:
             self._charts[name] = version
         return version
 
+    def deployed_version(self, name: str) -> str | None:
+        """``status.atProvider.version`` of an observed Release: the chart helm deployed.
+
+        Read by its readiness and by day two for every Release of every call.
+        """
+        version = self._deployed.get(name, _UNSET)
+        if version is _UNSET:
+            obj = self.get(name)
+            version = (
+                None if obj is None else structs.str_at(obj, "status", "atProvider", "version")
+            )
+            self._deployed[name] = version
+        return version
+
     def ref(self, name: str) -> tuple[str, str, str] | None:
         """(apiVersion, kind, metadata.name) of an observed resource."""
         ref = self._refs.get(name, _UNSET)
@@ -440,48 +461,54 @@ class Observed:
         return api, kind, meta_name
 
 
-class _Conditions(NamedTuple):
-    """What readiness reads of a composed resource's conditions, in one pass."""
+def _condition_facts(
+    status: Mapping[str, struct_pb2.Value],
+) -> tuple[bool, bool | None, float | None]:
+    """What readiness reads of a composed resource's ``status`` fields, in one pass.
 
-    ready: bool  # Ready=True
-    synced: bool | None  # Synced=True; None without a Synced condition
-    # Synced's observedGeneration, when the provider wrote one.
-    synced_generation: float | None
-
-
-def _conditions(obj: struct_pb2.Struct) -> _Conditions:
-    # Unrolled (read for every node): every map is checked with ``in`` first (indexing would
-    # insert); a Value of another kind reads as an empty Struct or list.
-    ready, synced, synced_generation = False, None, None
-    fields = obj.fields
-    if "status" not in fields:
-        return _Conditions(ready, synced, synced_generation)
-    fields = fields["status"].struct_value.fields
-    if "conditions" not in fields:
-        return _Conditions(ready, synced, synced_generation)
-    for item in fields["conditions"].list_value.values:
+    (Ready=True, Synced=True or None without a Synced condition, Synced's observedGeneration
+    when the provider wrote one). Unrolled and a plain tuple (read for every node of every
+    call): every map is checked with ``in`` first (indexing would insert); a Value of another
+    kind reads as an empty Struct or list. A type appears once (crossplane-runtime sets
+    conditions by type): the reading stops once both are found (upjet adds
+    LastAsyncOperation after them).
+    """
+    ready: bool | None = None
+    synced: bool | None = None
+    synced_generation = None
+    if "conditions" not in status:
+        return False, synced, synced_generation
+    for item in status["conditions"].list_value.values:
         cond = item.struct_value.fields
         if "type" not in cond:
             continue
         kind = cond["type"].string_value
         if kind == "Ready":
             ready = "status" in cond and cond["status"].string_value == "True"
+            if synced is not None:
+                break
         elif kind == "Synced":
             synced = "status" in cond and cond["status"].string_value == "True"
             if "observedGeneration" in cond:
                 synced_generation = cond["observedGeneration"].number_value
-    return _Conditions(ready, synced, synced_generation)
+            if ready is not None:
+                break
+    return bool(ready), synced, synced_generation
 
 
-def _generation(obj: struct_pb2.Struct) -> float | None:
-    fields = obj.fields
+def _generation(fields: Mapping[str, struct_pb2.Value]) -> float | None:
+    """``metadata.generation`` of an object's top-level ``fields``."""
     if "metadata" not in fields:
         return None
     meta = fields["metadata"].struct_value.fields
     return meta["generation"].number_value if "generation" in meta else None
 
 
-def _current(obj: struct_pb2.Struct, conds: _Conditions) -> bool:
+def _current(
+    fields: Mapping[str, struct_pb2.Value],
+    synced: bool | None,  # noqa: FBT001  # one of _condition_facts' three
+    synced_generation: float | None,
+) -> bool:
     """Whether the provider's conditions speak of the spec the object holds now.
 
     crossplane-runtime stamps the Synced condition with the ``metadata.generation`` it
@@ -490,14 +517,18 @@ def _current(obj: struct_pb2.Struct, conds: _Conditions) -> bool:
     Synced condition or no observedGeneration: a provider built before crossplane-runtime
     stamped it), the conditions are taken as they are.
     """
-    if conds.synced is None:
+    if synced is None:
         return True  # checked first: the generation is not read for nothing
-    generation = _generation(obj)
-    if generation is None:
+    # metadata.generation, unrolled (as _generation; read for every node of every call)
+    if "metadata" not in fields:
         return True
-    if not conds.synced:
+    meta = fields["metadata"].struct_value.fields
+    if "generation" not in meta:
+        return True
+    generation = meta["generation"].number_value
+    if not synced:
         return False  # the provider failed to apply the current spec
-    return conds.synced_generation is None or conds.synced_generation == generation
+    return synced_generation is None or synced_generation == generation
 
 
 def upgraded_release(obj: struct_pb2.Struct) -> bool:
@@ -513,36 +544,43 @@ def upgraded_release(obj: struct_pb2.Struct) -> bool:
     changed since), a failed or pending release, or a failed upgrade (Synced=False)
     is not this.
     """
-    generation = _generation(obj)
+    fields = obj.fields
+    generation = _generation(fields)
     if generation is None or generation <= 0:
         return False
     if structs.str_at(obj, "status", "atProvider", "state") != "deployed":
         return False
-    conds = _conditions(obj)
-    return bool(conds.synced) and conds.synced_generation == generation
+    _, synced, synced_generation = _condition_facts(fields["status"].struct_value.fields)
+    return bool(synced) and synced_generation == generation
 
 
 def fresh(obj: struct_pb2.Struct) -> bool:
     """Ready=True, reported for the spec the object holds now (see ``_current``)."""
-    conds = _conditions(obj)
-    return conds.ready and _current(obj, conds)
+    fields = obj.fields
+    if "status" not in fields:
+        return False
+    ready, synced, synced_generation = _condition_facts(fields["status"].struct_value.fields)
+    return ready and _current(fields, synced, synced_generation)
 
 
-def release_ready(obj: struct_pb2.Struct) -> bool:
+def release_ready(obj: struct_pb2.Struct, asked: str | None, deployed: str | None) -> bool:
     """Whether a provider-helm Release runs the spec the function wrote.
 
     Ready=True for its current generation, or upgraded to it (``upgraded_release``), and
-    the chart version deployed (``status.atProvider.version``) the one its spec asks for:
-    a stale Ready=True of the revision before an upgrade never counts.
+    the chart version ``deployed`` (its ``status.atProvider.version``) the one its spec
+    ``asked`` for (``spec.forProvider.chart.version``): a stale Ready=True of the revision
+    before an upgrade never counts. (The two versions are given: ``Observed`` reads each once.)
     """
-    conds = _conditions(obj)
-    if conds.ready:
-        if not _current(obj, conds):
+    fields = obj.fields
+    if "status" not in fields:
+        return False
+    status = fields["status"].struct_value.fields
+    ready, synced, synced_generation = _condition_facts(status)
+    if ready:
+        if not _current(fields, synced, synced_generation):
             return False
     elif not upgraded_release(obj):
         return False
-    deployed = structs.str_at(obj, "status", "atProvider", "version")
-    asked = structs.str_at(obj, "spec", "forProvider", "chart", "version")
     return deployed is None or asked is None or deployed == asked
 
 
@@ -620,8 +658,11 @@ class CallContext:
         moves to another, for that one too (function/compat.py); never older than what the
         Release runs (a default does not downgrade). Unknown until the control plane is read.
         """
-        running = minor_of(self.facts.kubernetes_version or "")
-        if running is None:
+        facts = self.facts
+        minors = compat.cluster_minors(
+            facts.kubernetes_version or "", facts.kubernetes_target_version or ""
+        )
+        if not minors:
             raise MissingFactError(
                 Wait(
                     "control plane version",
@@ -630,17 +671,13 @@ class CallContext:
                     reason="control plane version",
                 )
             )
-        target = minor_of(self.facts.kubernetes_target_version or "")
-        minors = (running,) if target is None or target == running else (running, target)
-        version = compat.default_for(chart, minors) or compat.newest_default(chart)
-        runs = self.observed.chart_version(release)
+        runs = self.observed.chart_version(release) or ""
+        version = compat.default_not_older(chart, minors, runs)
         if version is None:
-            if runs:
-                return runs
             raise MissingFactError(
                 Wait(f"{chart} version", f"no default version of {chart} is known", blocked=True)
             )
-        return runs if runs and compat.newer(runs, version) else version
+        return version
 
     def arn_of(self, node: str) -> str:
         """The observed ARN of ``node``."""

@@ -66,9 +66,11 @@ class DesiredResource(NamedTuple):
     carried: struct_pb2.Struct | None = None
 
 
-@dataclass(frozen=True)
-class PluginStatus:
-    """One entry of ``status.plugins[]``."""
+class PluginStatus(NamedTuple):
+    """One entry of ``status.plugins[]``.
+
+    A NamedTuple (cheaper to make than a frozen dataclass): one or two per plugin per call.
+    """
 
     name: str
     phase: str
@@ -262,7 +264,7 @@ def _with_note(status: PluginStatus, note: str) -> PluginStatus:
     if not note or note in status.message:
         return status
     message = f"{status.message}; {note}" if status.message else note
-    return dataclasses.replace(status, message=message)
+    return status._replace(message=message)
 
 
 def _waits_for_another(plugin: Plugin, wait: Wait | None) -> PluginStatus:
@@ -312,7 +314,7 @@ def _slow_notes(plugin: Plugin, not_ready: list[str], status: PluginStatus) -> P
             message = f"{message}; {node.name}: {node.slow}" if message else node.slow
     if message == status.message:
         return status
-    return dataclasses.replace(status, message=message)
+    return status._replace(message=message)
 
 
 def _plugin_phase(
@@ -776,16 +778,17 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
     withdrawing = [n for n in ctx.observed.names() if n not in kept]
     withdrawing += _users_leaving(ctx, carried, kept)
 
+    summary = upgrades.summary
     _report(
         ctx,
         plan,
         plugins,
         assessment=assessment,
         upgrades=upgrades,
+        summary=summary,
         emitted=emit.emitted,
         withdrawing=withdrawing,
     )
-    summary = upgrades.summary
     # The XR is not ready while its cluster goes away, whatever its plugins say.
     plan.held_back = plan.held_back or assessment.hold_new
     plan.all_ready = (
@@ -804,6 +807,7 @@ def _report(
     *,
     assessment: deletion.Assessment,
     upgrades: upgrade.Upgrades,
+    summary: upgrade.Phase | None,
     emitted: set[str],
     withdrawing: list[str],
 ) -> None:
@@ -823,10 +827,10 @@ def _report(
     ]
     phases = {p.name: p.phase for p in plan.plugins}
     plan.conditions += [a.condition(ctx, phases) for a in ADDONS if a.condition is not None]
-    plan.conditions.append(_charts_healthy(upgrades))
+    plan.conditions.append(_charts_healthy(upgrades, summary))
     plan.status = _status(ctx, plugins, plan.plugins)
-    if upgrades.summary is not None:
-        plan.status["upgrade"] = str(upgrades.summary)
+    if summary is not None:
+        plan.status["upgrade"] = str(summary)
     plan.due_in = _due_in(ctx, upgrades)
     record = deletion.status(assessment)
     if record is not None:
@@ -876,9 +880,11 @@ def _upgrades(
 CHARTS_HEALTHY = "ChartsHealthy"
 
 
-def _charts_healthy(upgrades: upgrade.Upgrades) -> ConditionOut:
-    """Whether every Release runs the spec it was given, healthy (function/upgrade.py)."""
-    summary = upgrades.summary
+def _charts_healthy(upgrades: upgrade.Upgrades, summary: upgrade.Phase | None) -> ConditionOut:
+    """Whether every Release runs the spec it was given, healthy (function/upgrade.py).
+
+    ``summary``: ``upgrades.summary``, read once per call.
+    """
     moving = [
         d for d in upgrades.decisions.values() if d.phase not in (None, upgrade.Phase.HEALTHY)
     ]

@@ -44,7 +44,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -116,8 +116,13 @@ class Record:
     running_since: str = ""
     failed: Failure | None = None
 
-    def as_json(self) -> str:
-        """The annotation's value: compact JSON, empty fields left out."""
+    @functools.cached_property
+    def annotation(self) -> str:
+        """The annotation's value: compact JSON, empty fields left out.
+
+        Computed once per Record: the one a converged Release carries is parse_record's,
+        shared by every call (a frozen dataclass keeps it in its ``__dict__``).
+        """
         out: dict[str, Any] = {"phase": str(self.phase), "since": self.since}
         for key, value in (
             ("version", self.version),
@@ -161,11 +166,6 @@ def parse_record(text: str) -> Record | None:
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-@functools.lru_cache(maxsize=4096)
-def _record_json(record: Record) -> str:
-    return record.as_json()
 
 
 def rfc3339(seconds: float) -> str:
@@ -239,7 +239,7 @@ class Upgrades:
     @property
     def summary(self) -> Phase | None:
         """The XR's day-two phase: the first of SUMMARY_ORDER any Release is in, else Healthy."""
-        phases = {d.phase for d in self.decisions.values() if d.phase is not None}
+        phases = {d.record.phase for d in self.decisions.values() if d.record is not None}
         if not phases:
             return None
         return next((p for p in SUMMARY_ORDER if p in phases), Phase.HEALTHY)
@@ -256,9 +256,8 @@ class Upgrades:
         return min(due) if due else None
 
 
-@dataclass(frozen=True)
-class _Observed:
-    """What one call reads of an observed Release."""
+class _Observed(NamedTuple):
+    """What one call reads of an observed Release (a tuple: one per Release of every call)."""
 
     obj: struct_pb2.Struct
     for_provider: struct_pb2.Struct
@@ -283,8 +282,11 @@ class _Release(NamedTuple):
     iam: IAMCheck | None  # whether its add-on's IAM covers chart versions (or None)
 
 
-def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
-    text = structs.str_at(obj, "metadata", "annotations", RECORD_ANNOTATION)
+def _read(obj: struct_pb2.Struct, *, runs_spec: bool, running: str | None) -> _Observed:
+    annotations = _annotations(obj)
+    text = (
+        annotations[RECORD_ANNOTATION].string_value if RECORD_ANNOTATION in annotations else ""
+    )
     fp = structs.struct_at(obj, "spec", "forProvider") or struct_pb2.Struct()
     problem = ""
     if not runs_spec:
@@ -295,15 +297,28 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool) -> _Observed:
             ):
                 problem = structs.str_at(cond, "message") or structs.str_at(cond, "reason") or ""
     return _Observed(
-        obj=obj,
-        for_provider=fp,
-        record=parse_record(text) if text else None,
-        runs_spec=runs_spec,
-        running=structs.str_at(obj, "status", "atProvider", "version"),
-        problem=problem,
+        obj,
+        fp,
+        parse_record(text) if text else None,
+        runs_spec,
+        running,
+        problem,
         # A Release that ran healthy once has a record: its failed upgrades are day two's.
-        install_tries=_install_tries(obj, installing=not text),
+        _install_tries(obj, annotations, installing=not text),
     )
+
+
+_NO_FIELDS: dict[str, struct_pb2.Value] = {}
+
+
+def _annotations(obj: struct_pb2.Struct) -> Mapping[str, struct_pb2.Value]:
+    """The fields of ``metadata.annotations`` (empty when it has none).
+
+    Unrolled: read for every Release of every call.
+    """
+    fields = obj.fields
+    meta = fields["metadata"].struct_value.fields if "metadata" in fields else _NO_FIELDS
+    return meta["annotations"].struct_value.fields if "annotations" in meta else _NO_FIELDS
 
 
 def _for_provider(body: struct_pb2.Struct) -> struct_pb2.Struct:
@@ -414,7 +429,7 @@ def _emit(
     annotations = out.fields["metadata"].struct_value.fields["annotations"].struct_value
     fields = annotations.fields
     if record is not None:
-        fields[RECORD_ANNOTATION].string_value = _record_json(record)
+        fields[RECORD_ANNOTATION].string_value = record.annotation
     elif RECORD_ANNOTATION in fields:
         del fields[RECORD_ANNOTATION]  # annotated in place before, in this call
     if last_healthy:
@@ -766,16 +781,26 @@ def decide(
                 continue  # the planner carries it over as it is
             desired = struct_pb2.Struct()
             structs.fill(desired, body)
-            seen = _read(obj, runs_spec=ctx.observed.ready(node.name, node.readiness))
+            seen = _read(
+                obj,
+                runs_spec=ctx.observed.ready(node.name, node.readiness),
+                running=ctx.observed.deployed_version(node.name),
+            )
             releases.append(_Release(node, desired, seen, iam.get(node.name)))
             record = seen.record
             if record is not None and record.phase in IN_FLIGHT:
                 call.in_flight = call.in_flight or node.name
             elif record is not None and record.phase is Phase.FAILED:
                 call.held = call.held or node.name
-    releases.sort(key=lambda r: order.get(r.node.name, len(order)))
-    # In flight first: a move settling in this call frees the way for the next one.
-    releases.sort(key=lambda r: r.seen.record is None or r.seen.record.phase not in IN_FLIGHT)
+    # In flight first (a move settling in this call frees the way for the next one), then in
+    # the upgrade order.
+    last = len(order)
+    releases.sort(
+        key=lambda r: (
+            r.seen.record is None or r.seen.record.phase not in IN_FLIGHT,
+            order.get(r.node.name, last),
+        )
+    )
     for release in releases:
         decision = _decide_one(call, release)
         tries = release.seen.install_tries
@@ -851,7 +876,9 @@ def _install_failed(name: str, tries: int) -> str:
     )
 
 
-def _install_tries(obj: struct_pb2.Struct, *, installing: bool) -> str:
+def _install_tries(
+    obj: struct_pb2.Struct, annotations: Mapping[str, struct_pb2.Value], *, installing: bool
+) -> str:
     """What a Release carries in INSTALL_TRY_ANNOTATION ("" for none).
 
     While it is being installed, provider-helm's count of failed tries when it has one; else
@@ -865,7 +892,11 @@ def _install_tries(obj: struct_pb2.Struct, *, installing: bool) -> str:
         tries = int(failed.number_value) if failed is not None else 0
         if tries > 0:
             return str(tries)
-    return structs.str_at(obj, "metadata", "annotations", INSTALL_TRY_ANNOTATION) or ""
+    return (
+        annotations[INSTALL_TRY_ANNOTATION].string_value
+        if INSTALL_TRY_ANNOTATION in annotations
+        else ""
+    )
 
 
 def _ready_since(obj: struct_pb2.Struct) -> str | None:

@@ -193,7 +193,7 @@ def test_an_install_cut_off_mid_way_is_installed_again_at_once() -> None:
 
 
 def test_without_the_nudge_the_cut_off_install_waits_for_provider_helms_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upgrade, "_install_tries", lambda _obj, **_kw: "")
+    monkeypatch.setattr(upgrade, "_install_tries", lambda _obj, _annotations, **_kw: "")
     world = _play_cut_install()
     cni = world.composed["cni-release"]
     assert cni.deployed is None and cni.retry_from is not None, cni
@@ -206,12 +206,12 @@ def test_a_failed_upgrade_does_not_move_the_install_try() -> None:
     installing = resource.dict_to_struct(
         {"metadata": {"annotations": {}}, "status": {"failed": 2, "atProvider": {"state": "failed"}}}
     )
-    assert upgrade._read(installing, runs_spec=False).install_tries == "2"
-    record = upgrade.Record(upgrade.Phase.UPGRADING, "2026-01-01T00:00:00Z", "1.2.3", "t").as_json()
+    assert upgrade._read(installing, runs_spec=False, running=None).install_tries == "2"
+    record = upgrade.Record(upgrade.Phase.UPGRADING, "2026-01-01T00:00:00Z", "1.2.3", "t").annotation
     upgrading = resource.dict_to_struct(
         {
             "metadata": {"annotations": {upgrade.RECORD_ANNOTATION: record, upgrade.INSTALL_TRY_ANNOTATION: "1"}},
             "status": {"failed": 2, "atProvider": {"state": "failed"}},
         }
     )
-    assert upgrade._read(upgrading, runs_spec=False).install_tries == "1"  # carried, not moved
+    assert upgrade._read(upgrading, runs_spec=False, running=None).install_tries == "1"  # carried, not moved

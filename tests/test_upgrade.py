@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from function import graph, upgrade
+from function import graph, structs, upgrade
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import by_name, staged_control_plane
 
@@ -157,7 +157,10 @@ def test_trusting_a_stale_ready_would_create_it_on_the_old_revision(
 ) -> None:
     """The same play, read as before day two (Ready=True whatever its generation and chart)."""
     monkeypatch.setattr(
-        graph, "release_ready", lambda obj: graph._conditions(obj).ready or graph.upgraded_release(obj)
+        graph,
+        "release_ready",
+        lambda obj, *_: structs.condition_status(obj, "Ready") == "True"
+        or graph.upgraded_release(obj),
     )
     world, _ = _adding_ebs_while_the_cni_moves()
     assert _cni_deployed_when_ebs_appeared(world) == OLD
@@ -334,7 +337,7 @@ def test_record_json_round_trips() -> None:
         "abc",
         failed=upgrade.Failure(MISSING, "def", "not found", "1"),
     )
-    assert upgrade.parse_record(record.as_json()) == record
+    assert upgrade.parse_record(record.annotation) == record
     assert upgrade.parse_record(json.dumps({"phase": "nonsense"})) is None
     assert upgrade.parse_record("not json") is None
 
