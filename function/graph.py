@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, assert_never
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -137,6 +137,10 @@ class CustomPolicy:
     versioned: bool = False
 
 
+# What a role's PodIdentityAssociation node is named after it (``Role.association``).
+ASSOCIATION_SUFFIX = "-association"
+
+
 @dataclass(frozen=True, eq=False)
 class Role:
     """An add-on's IRSA role, trusting its release's ServiceAccount; one policy attached.
@@ -160,7 +164,7 @@ class Role:
     @property
     def association(self) -> str:
         """The PodIdentityAssociation's node (irsa.mode PodIdentity)."""
-        return f"{self.node}-association"
+        return f"{self.node}{ASSOCIATION_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,7 @@ class Observed:
 
     def names(self) -> list[str]:
         """Every observed composition-resource-name."""
-        return list(self._resources.keys())
+        return list(self._resources)  # the map's own iteration, in C (keys() is Python's)
 
     @property
     def resources(self) -> Mapping[str, fnv1.Resource]:
@@ -372,6 +376,13 @@ class Observed:
 
     def ready(self, name: str, readiness: Readiness = Readiness.CONDITION) -> bool:
         """Whether ``name`` is observed and ready under ``readiness``."""
+        if readiness is Readiness.CONDITION:  # the common rule, first
+            verdict = self._ready.get(name)
+            if verdict is None:
+                obj = self.get(name)
+                verdict = obj is not None and fresh(obj)
+                self._ready[name] = verdict
+            return verdict
         if readiness is Readiness.ALWAYS:
             return True
         if readiness is Readiness.EXISTS:
@@ -385,18 +396,7 @@ class Observed:
                 )
                 self._upgraded[name] = verdict
             return verdict
-        return self._judged(self._ready, name, fresh)
-
-    def _judged(
-        self, verdicts: dict[str, bool], name: str, judge: Callable[[struct_pb2.Struct], bool]
-    ) -> bool:
-        """``judge`` of the observed ``name`` (False if not observed), memoized in ``verdicts``."""
-        verdict = verdicts.get(name)
-        if verdict is None:
-            obj = self.get(name)
-            verdict = obj is not None and judge(obj)
-            verdicts[name] = verdict
-        return verdict
+        assert_never(readiness)
 
     def arn(self, name: str) -> str | None:
         """``status.atProvider.arn`` of an observed AWS resource."""

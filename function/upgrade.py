@@ -638,22 +638,7 @@ def _steady(
     # the spec built now, it is annotated in place, no copy.
     same = fp == want
     if same or _holds(fp, want):
-        if record.phase is Phase.ROLLED_BACK:
-            # The spec asks again for what runs (a person took the failed version back out):
-            # nothing failed is wanted any more.
-            record = Record(Phase.HEALTHY, record.since, record.version, record.target)
-        # Only a held Release reads its last healthy spec (the converged one has none).
-        lh_version = _lh_version(seen, version) if record.phase is Phase.FAILED else version
-        return Decision(
-            node.name,
-            _emit(desired, want if same else fp, record, None),
-            record,
-            seen.running,
-            None,
-            lh_version,
-            message=_settled_message(record, lh_version),
-            versions=_steady_versions(seen, record, version),
-        )
+        return _kept(release, want if same else fp, record, version)
     if _helm_holds(fp, want) and record.phase is not Phase.FAILED:
         # Nothing helm installs changes (e.g. waitTimeout's form): applied at once, as is.
         return Decision(
@@ -735,6 +720,40 @@ def _steady(
         versions=versions,
         due_in=call.policy.progress_deadline_seconds,
         moved=True,
+    )
+
+
+def _kept(
+    release: _Release, for_provider: struct_pb2.Struct, record: Record, version: str
+) -> Decision:
+    """A Release that holds the spec built now: it keeps it (``for_provider``, at ``version``)."""
+    if record.phase is Phase.ROLLED_BACK:
+        # The spec asks again for what runs (a person took the failed version back out):
+        # nothing failed is wanted any more.
+        record = Record(Phase.HEALTHY, record.since, record.version, record.target)
+    node, desired, seen = release.node, release.desired, release.seen
+    if record.failed is None and record.phase is not Phase.FAILED:
+        # Converged (nearly every call): nothing failed to say, its version's permissions alone.
+        return Decision(
+            node.name,
+            _emit(desired, for_provider, record, None),
+            record,
+            seen.running,
+            None,
+            version,
+            versions=(version,),
+        )
+    # Only a held Release reads its last healthy spec (the converged one has none).
+    lh_version = _lh_version(seen, version) if record.phase is Phase.FAILED else version
+    return Decision(
+        node.name,
+        _emit(desired, for_provider, record, None),
+        record,
+        seen.running,
+        None,
+        lh_version,
+        message=_settled_message(record, lh_version),
+        versions=_steady_versions(seen, record, version),
     )
 
 

@@ -25,6 +25,7 @@ from function import structs
 from function.addons.helm import release
 from function.cluster import ClusterFacts
 from function.graph import (
+    ASSOCIATION_SUFFIX,
     Addon,
     CallContext,
     MissingFactError,
@@ -214,8 +215,12 @@ def plugin(ctx: CallContext) -> Plugin | None:
 
 def status(ctx: CallContext) -> Mapping[str, Any]:
     """status.podIdentityCluster while an association exists (read by the rule on mode changes)."""
-    for item in ctx.observed.resources.values():
-        obj = item.resource
+    resources = ctx.observed.resources
+    for name in resources:  # the map's own iteration, in C (values() is Python's)
+        # Every association is a role's, named after it: the others' bodies are not read.
+        if not name.endswith(ASSOCIATION_SUFFIX):
+            continue
+        obj = resources[name].resource
         fields = obj.fields  # every observed resource, every call: read directly
         if "kind" in fields and fields["kind"].string_value == ASSOCIATION_KIND:
             cluster = structs.str_at(obj, "spec", "forProvider", "clusterName")
