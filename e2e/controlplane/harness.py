@@ -73,6 +73,30 @@ class Timings:
         return round(sum(self.steps.values()), 2)
 
 
+@dataclass(frozen=True)
+class _Kinds:
+    """What an XRD of ``apis/<flavour>`` defines: its kinds (claim first), their API version,
+    and the CRDs Crossplane makes of them (the XR's last)."""
+
+    xrd_api_version: str
+    xrd_name: str
+    version: str
+    kinds: tuple[str, ...]
+    crds: tuple[str, ...]
+
+    @classmethod
+    def of(cls, xrd: dict[str, Any]) -> _Kinds:
+        spec = xrd["spec"]
+        group, names, claim = spec["group"], spec["names"], spec.get("claimNames")
+        return cls(
+            xrd["apiVersion"],
+            xrd["metadata"]["name"],
+            f"{group}/{spec['versions'][0]['name']}",
+            ((claim["kind"],) if claim else ()) + (names["kind"],),
+            ((f"{claim['plural']}.{group}",) if claim else ()) + (f"{names['plural']}.{group}",),
+        )
+
+
 def kubeconfig_file(path: Path, server: str, ca: Path, client: pki.Leaf) -> Path:
     config = {
         "apiVersion": "v1",
@@ -574,7 +598,9 @@ class ControlPlane:
             wanted = ["Established"] + (["Offered"] if "claimNames" in xrd["spec"] else [])
             return all(conditions.get(t) == "True" for t in wanted)
 
-        self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=60)
+        # Crossplane's definition controller backs a requeued XRD off for up to 60 s (its
+        # default rate limiter): one re-created right after its deletion may wait that out.
+        self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=150)
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
 
     def install_composition(
@@ -592,60 +618,58 @@ class ControlPlane:
         return composition
 
     def remove_api(self, flavour: str) -> None:
-        """Delete every claim and XR of ``apis/<flavour>``, then its XRD and Composition.
+        """Delete every claim and XR of ``apis/<flavour>`` and every ClusterPluginRollout, then
+        the two XRDs and Compositions.
 
-        The XRs go first, while their Composition is there: an XR whose Composition is gone
-        cannot be reconciled, so its finalizer would never be removed.
+        Every XR goes before any XRD: an XR whose Composition is gone cannot be reconciled, so
+        its finalizer would never be removed; and a rollout reconciled once the ClusterPlugin
+        kind is gone asks Crossplane's cache to list a kind that no longer exists, which can
+        hold the rollout's worker until the reconcile's 2-minute timeout, and its deletion with
+        it (inferred from Crossplane's XR reconciler and controller-runtime's informer cache; a
+        CI run waited over 60 s for a rollout's deletion when the XRDs went first).
         """
-        xrd = yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text())
-        composition = yaml.safe_load((ROOT / "apis" / flavour / "composition.yaml").read_text())
-        group, names = xrd["spec"]["group"], xrd["spec"]["names"]
-        version = f"{group}/{xrd['spec']['versions'][0]['name']}"
-        kinds = [names["kind"]]
-        if "claimNames" in xrd["spec"]:
-            kinds.insert(0, xrd["spec"]["claimNames"]["kind"])
-        for kind in kinds:
-            for obj in self.kube.list(version, kind):
+        cluster_plugins = _Kinds.of(yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text()))
+        rollouts = _Kinds.of(yaml.safe_load((ROOT / "apis" / flavour / "rollout-definition.yaml").read_text()))
+        for kinds in (cluster_plugins, rollouts):
+            self._delete_every(kinds)
+        for kinds, composition in ((cluster_plugins, "composition.yaml"), (rollouts, "rollout-composition.yaml")):
+            self._remove_definition(kinds)
+            made = yaml.safe_load((ROOT / "apis" / flavour / composition).read_text())
+            self.kube.delete(made["apiVersion"], "Composition", made["metadata"]["name"])
+
+    def _served(self, kinds: _Kinds) -> bool:
+        """Whether the XRD's CRD is there (an earlier step may have failed before applying it)."""
+        return self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", kinds.crds[-1]) is not None
+
+    def _delete_every(self, kinds: _Kinds) -> None:
+        """Every object of the XRD's kinds (claims first) deleted, and gone."""
+        if not self._served(kinds):
+            return
+        for kind in kinds.kinds:
+            for obj in self.kube.list(kinds.version, kind):
                 meta = obj["metadata"]
                 try:
-                    self.kube.delete(version, kind, meta["name"], meta.get("namespace"))
+                    self.kube.delete(kinds.version, kind, meta["name"], meta.get("namespace"))
                 except ApiError as err:
                     # An XR listed before its claim's deletion reached it (Crossplane 1.x
                     # deletes a claim's XR at once): gone already.
                     if err.status.code != 404:
                         raise
         self.kube.wait_for(
-            lambda: not any(self.kube.list(version, k) for k in kinds), f"every {' and '.join(kinds)} deleted", timeout_s=240
+            lambda: not any(self.kube.list(kinds.version, k) for k in kinds.kinds),
+            f"every {' and '.join(kinds.kinds)} deleted",
+            timeout_s=240,
         )
-        self.kube.delete(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"])
-        crds = [f"{names['plural']}.{group}"]
-        if "claimNames" in xrd["spec"]:
-            crds.append(f"{xrd['spec']['claimNames']['plural']}.{group}")
-        self.kube.wait_for(
-            lambda: all(self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n) is None for n in crds)
-            and self.kube.get(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"]) is None,
-            f"XRD {xrd['metadata']['name']} and its CRDs gone",
-            timeout_s=90,
-        )
-        self.kube.delete(composition["apiVersion"], "Composition", composition["metadata"]["name"])
-        self._remove_rollouts(flavour)
 
-    def _remove_rollouts(self, flavour: str) -> None:
-        """Every ClusterPluginRollout (they compose nothing), their XRD and Composition."""
-        xrd = yaml.safe_load((ROOT / "apis" / flavour / "rollout-definition.yaml").read_text())
-        composition = yaml.safe_load((ROOT / "apis" / flavour / "rollout-composition.yaml").read_text())
-        version, kind = f"{xrd['spec']['group']}/{xrd['spec']['versions'][0]['name']}", xrd["spec"]["names"]["kind"]
-        for obj in self.kube.list(version, kind):
-            self.kube.delete(version, kind, obj["metadata"]["name"])
-        self.kube.wait_for(lambda: not self.kube.list(version, kind), f"every {kind} deleted", timeout_s=60)
-        self.kube.delete(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"])
-        crd = f"{xrd['spec']['names']['plural']}.{xrd['spec']['group']}"
+    def _remove_definition(self, kinds: _Kinds) -> None:
+        """The XRD deleted, once Crossplane has removed it and its CRDs."""
+        self.kube.delete(kinds.xrd_api_version, "CompositeResourceDefinition", kinds.xrd_name)
         self.kube.wait_for(
-            lambda: self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd) is None,
-            f"XRD {xrd['metadata']['name']} and its CRD gone",
+            lambda: all(self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n) is None for n in kinds.crds)
+            and self.kube.get(kinds.xrd_api_version, "CompositeResourceDefinition", kinds.xrd_name) is None,
+            f"XRD {kinds.xrd_name} and its CRDs gone",
             timeout_s=90,
         )
-        self.kube.delete(composition["apiVersion"], "Composition", composition["metadata"]["name"])
 
     def function_status(self) -> dict[str, Any]:
         """The Function and its revision as Crossplane reports them."""
