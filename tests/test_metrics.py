@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
+import time
 from collections import Counter
 from typing import Any
 
@@ -55,6 +57,24 @@ def plugin_gauge(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -
     return out
 
 
+def moment_of(rsp: fnv1.RunFunctionResponse, req: fnv1.RunFunctionRequest, sent: float, answered: float) -> float:
+    """A moment between ``sent`` and ``answered`` at which the function in process answers
+    ``req`` with ``rsp``; the test fails if there is none.
+
+    The server read its own clock in between. An answer changes with the clock only at whole
+    seconds (it writes RFC 3339 seconds, and its TTL counts down to deadlines made of them,
+    rounded up), so the moments tried are the two ends and each whole second between (and
+    just after it).
+    """
+    moments = [sent, answered]
+    for second in range(math.floor(sent) + 1, math.floor(answered) + 1):
+        moments += [float(second), second + 0.001]
+    for at in moments:
+        if fn.run(req, None, at) == rsp:
+            return at
+    raise AssertionError(f"the served answer is none of the function's between {sent} and {answered}: {rsp}")
+
+
 class Recorder:
     """A InMemoryCrossplane runner through the served function, counting what was sent and returned."""
 
@@ -63,13 +83,15 @@ class Recorder:
         self.results: Counter[str] = Counter()
         self.request_bytes = 0
         self.response_bytes = 0
-        self.last: dict[str, fnv1.RunFunctionRequest] = {}
+        self.last: dict[str, tuple[fnv1.RunFunctionRequest, float]] = {}  # with its moment
         self.fields: Counter[str] = Counter()
 
     def __call__(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        sent = time.time()
         rsp = self.stub.RunFunction(req, timeout=20)
-        # What the metrics count must not change what the function answers.
-        assert rsp == fn.run(req)
+        # What the metrics count must not change what the function answers: the answer in
+        # process at the moment the server read its clock.
+        at = moment_of(rsp, req, sent, time.time())
         self.request_bytes += req.ByteSize()
         self.response_bytes += rsp.ByteSize()
         fatal = [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
@@ -78,14 +100,14 @@ class Recorder:
             self.fields[fatal[0].message.split(":", 1)[0]] += 1
             self.last.pop(xr_key(req), None)
         else:
-            self.last[xr_key(req)] = fnv1.RunFunctionRequest.FromString(req.SerializeToString())
+            self.last[xr_key(req)] = (fnv1.RunFunctionRequest.FromString(req.SerializeToString()), at)
         return rsp
 
     def expected_plugins(self) -> Counter[tuple[str, str, str]]:
         """Plugins by phase and reason over the last answer to each XR (computed in process)."""
         out: Counter[tuple[str, str, str]] = Counter()
-        for req in self.last.values():
-            plan = fn.answer(req).plan
+        for req, at in self.last.values():
+            plan = fn.answer(req, None, at).plan
             assert plan is not None
             for p in plan.plugins:
                 out[(p.name, p.phase, p.reason)] += 1
