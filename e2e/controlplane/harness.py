@@ -97,6 +97,20 @@ class _Kinds:
         )
 
 
+def _deleting(obj: dict[str, Any]) -> dict[str, Any]:
+    """What says why an object is not gone yet (for a timeout's message)."""
+    meta = obj["metadata"]
+    return {
+        "name": "/".join(filter(None, (meta.get("namespace"), meta["name"]))),
+        "deletionTimestamp": meta.get("deletionTimestamp"),
+        "finalizers": meta.get("finalizers"),
+        "conditions": [
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message", "")[:200])
+            for c in obj.get("status", {}).get("conditions", [])
+        ],
+    }
+
+
 def kubeconfig_file(path: Path, server: str, ca: Path, client: pki.Leaf) -> Path:
     config = {
         "apiVersion": "v1",
@@ -600,7 +614,11 @@ class ControlPlane:
 
         # Crossplane's definition controller backs a requeued XRD off for up to 60 s (its
         # default rate limiter): one re-created right after its deletion may wait that out.
-        self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=150)
+        try:
+            self.kube.wait_for(offered, f"XRD {xrd['metadata']['name']} established", timeout_s=150)
+        except TimeoutError as err:
+            got = self.kube.get(xrd["apiVersion"], "CompositeResourceDefinition", xrd["metadata"]["name"]) or {}
+            raise TimeoutError(f"{err}; its conditions: {got.get('status', {}).get('conditions')}") from err
         self.kube.kind(f"{xrd['spec']['group']}/v1alpha1", xrd["spec"]["names"]["kind"])
 
     def install_composition(
@@ -625,8 +643,10 @@ class ControlPlane:
         its finalizer would never be removed; and a rollout reconciled once the ClusterPlugin
         kind is gone asks Crossplane's cache to list a kind that no longer exists, which can
         hold the rollout's worker until the reconcile's 2-minute timeout, and its deletion with
-        it (inferred from Crossplane's XR reconciler and controller-runtime's informer cache; a
-        CI run waited over 60 s for a rollout's deletion when the XRDs went first).
+        it (inferred from Crossplane's XR reconciler and controller-runtime's informer cache).
+        A CI run once timed out after 60 s waiting for a rollout's deletion in the old order;
+        the fleet suite alone did not reproduce it (16.8 s of teardown either way), so the
+        wait is 240 s and a timeout says what is left and why.
         """
         cluster_plugins = _Kinds.of(yaml.safe_load((ROOT / "apis" / flavour / "definition.yaml").read_text()))
         rollouts = _Kinds.of(yaml.safe_load((ROOT / "apis" / flavour / "rollout-definition.yaml").read_text()))
@@ -655,11 +675,15 @@ class ControlPlane:
                     # deletes a claim's XR at once): gone already.
                     if err.status.code != 404:
                         raise
-        self.kube.wait_for(
-            lambda: not any(self.kube.list(kinds.version, k) for k in kinds.kinds),
-            f"every {' and '.join(kinds.kinds)} deleted",
-            timeout_s=240,
-        )
+        try:
+            self.kube.wait_for(
+                lambda: not any(self.kube.list(kinds.version, k) for k in kinds.kinds),
+                f"every {' and '.join(kinds.kinds)} deleted",
+                timeout_s=240,
+            )
+        except TimeoutError as err:
+            left = [_deleting(o) for k in kinds.kinds for o in self.kube.list(kinds.version, k)]
+            raise TimeoutError(f"{err}; still there: {left}") from err
 
     def _remove_definition(self, kinds: _Kinds) -> None:
         """The XRD deleted, once Crossplane has removed it and its CRDs."""
