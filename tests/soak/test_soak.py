@@ -122,7 +122,7 @@ def test_drain_soak() -> None:
     """SIGTERM mid-burst, many times: never a CANCELLED call, every received call answered."""
     totals: Counter[str] = Counter()
     for _ in range(_size("SOAK_DRAINS", 5)):
-        for concurrency, calls in ((1, 40), (64, 300), (256, 400)):
+        for concurrency, calls in test_drain.BURSTS:
             burst = test_drain.drain_burst(concurrency, calls)
             totals.update(o.code for o in burst.outcomes.values())
     for k, v in totals.items():
