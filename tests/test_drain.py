@@ -17,8 +17,9 @@ says exactly which calls the function started. Required of every burst:
 The client's clock says little of when the server received a call: a call's bytes leave once
 the client's event loop gets to it, later the more calls it runs at once, and under load the
 server reads the signal late. So "received" is judged against the server's moment, with a
-margin that grows with the concurrency; and the drain may run a few calls that came after it
-counted (channelz counts a finished call until it is accounted), never one after a refusal.
+margin that grows with the concurrency. The drain may run a few calls that came after it
+counted (the count is channelz's and seems to include calls still finishing: one sent 1.1 s
+after it was answered once), never one sent after a refusal.
 
 ``tests/soak/test_soak.py`` repeats the bursts many times (``SOAK_DRAINS``).
 """
