@@ -347,7 +347,7 @@ async def drain(served: Served, grace: float, log: Any) -> dict[str, Any]:
     if served.metrics is not None:
         served.metrics.draining.set(1)
     held = calls_held(served.server_id) - served.health.watching
-    counted_at = time.monotonic()  # a call sent later is refused: for the figures
+    counted_at = time.monotonic()  # when the count was read (figures; the drain tests judge by it)
     gate = served.gate
     # The function's handlers never await, so no call is inside one now: every call
     # core holds is still to reach the function, in the order they arrived.
