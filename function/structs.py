@@ -102,6 +102,17 @@ def failing_message(s: struct_pb2.Struct, typ: str = "Synced") -> str:
     return ""
 
 
+def kubectl_ref(s: struct_pb2.Struct, kind: str) -> str:
+    """How kubectl names the object ``s`` of ``kind``: ``<plural>.<group>[ -n <ns>] <name>``.
+
+    The plural is the kind's lower-case name plus "s" (true of the kinds it is used for).
+    """
+    group = (str_at(s, "apiVersion") or "").split("/", 1)[0]
+    namespace = str_at(s, "metadata", "namespace")
+    where = f" -n {namespace}" if namespace else ""
+    return f"{kind.lower()}s.{group}{where} {str_at(s, 'metadata', 'name') or ''}"
+
+
 def to_python(v: struct_pb2.Value) -> Any:
     """Convert one Value (and below) to plain Python; for small subtrees only."""
     kind = v.WhichOneof("kind")

@@ -383,3 +383,57 @@ def test_another_issuer_or_none_is_a_condition_naming_both_and_the_fix() -> None
     assert cond["reason"] == "IssuerMismatch"
     assert "give spec.irsa.issuerURL (and oidcProviderARN) the API server's issuer, or set" in cond["message"]
     assert _issuer_condition("selfhosted-full", other, irsa=external)["reason"] == "Matches"
+
+
+# What provider-aws v2.5.0 reported in CI (stop 44) after it lost the answer of its own create.
+LOST_CREATE = (
+    "create failed: async create failed: failed to create the resource: [{0 creating IAM OIDC "
+    "Provider: operation error IAM: CreateOpenIDConnectProvider, https response error StatusCode: "
+    "409, RequestID: jCp3qYBslyO8UI2nHnh2vGOuD55OTcVO6R2QvO3Utbl9ikCtEn3O, EntityAlreadyExists: "
+    "Unknown  []}]"
+)
+
+
+@pytest.mark.parametrize("example", ["selfhosted-full", "cloudfront-shared", "cloudfront-managed"])
+def test_an_oidc_provider_stuck_on_its_lost_create_says_what_to_do(example: str) -> None:
+    """crossplane/upjet#632: provider-aws has no ARN for an OIDC provider IAM holds (it lost track
+    of its own create) and keeps creating it; IAM answers EntityAlreadyExists. The irsa plugin is Blocked, naming the
+    provider's URL and the annotation that makes provider-aws adopt it; a Synced=False for
+    another reason keeps it waiting."""
+    from function import fn, structs
+    from tests.scenarios import by_name
+
+    world = by_name(example).world(staged=False)
+    for _ in range(40):
+        if "irsa-oidc-provider" in world.composed:
+            break
+        world.run(1)
+    assert "irsa-oidc-provider" in world.composed, sorted(world.composed)
+
+    def irsa_with(message: str) -> dict[str, Any]:
+        req = world.request()
+        observed = req.observed.resources["irsa-oidc-provider"].resource
+        conditions = [
+            {"type": "Ready", "status": "False", "reason": "Creating"},
+            {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": message},
+        ]
+        structs.update(observed, {"status": {"conditions": conditions}})
+        status = structs.to_python(fn.run(req).desired.composite.resource.fields["status"])
+        return next(p for p in status["plugins"] if p["name"] == "irsa")
+
+    obj = world.composed["irsa-oidc-provider"].obj
+    url = obj["spec"]["forProvider"]["url"]
+    namespace = obj["metadata"].get("namespace")
+    resource = "openidconnectproviders." + obj["apiVersion"].split("/")[0]
+    where = f" -n {namespace}" if namespace else ""
+    irsa = irsa_with(LOST_CREATE)
+    assert irsa["phase"] == "Blocked", irsa
+    assert irsa["message"] == (
+        f"irsa-oidc-provider: IAM already has an OIDC provider for {url} and the provider, with "
+        "no ARN for it, retries the create forever (Synced=False: EntityAlreadyExists; "
+        "crossplane/upjet#632): if it is this cluster's, adopt it with kubectl annotate "
+        f"{resource}{where} {obj['metadata']['name']} crossplane.io/external-name="
+        f"arn:<partition>:iam::<account-id>:oidc-provider/{url.removeprefix('https://')}"
+    ), irsa["message"]
+    other = irsa_with("create failed: ... StatusCode: 400, InvalidInput: thumbprint list too long")
+    assert other["phase"] != "Blocked", other

@@ -33,6 +33,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
+from google.protobuf import struct_pb2
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from function import public_keys, structs
@@ -551,6 +552,27 @@ def oidc_provider(ctx: CallContext) -> dict[str, Any]:
     )
 
 
+# crossplane/upjet#632, #722: provider-aws can lose track of an object it created (races of
+# its async create with other writers of the managed resource), so the resource has no
+# external-name while IAM holds the provider; each later create fails with EntityAlreadyExists
+# and it never turns Synced. Seen once in this project's CI (moto, provider-aws v2.5.0).
+_ALREADY_EXISTS = "EntityAlreadyExists"
+
+
+def stuck_oidc_provider(observed: struct_pb2.Struct) -> str:
+    """What to do about an OIDC provider the provider keeps creating, or "" (Node.diagnose)."""
+    if _ALREADY_EXISTS not in structs.failing_message(observed):
+        return ""
+    url = structs.str_at(observed, "spec", "forProvider", "url") or ""
+    return (
+        f"IAM already has an OIDC provider for {url} and the provider, with no ARN for it, "
+        "retries the create forever (Synced=False: EntityAlreadyExists; crossplane/upjet#632): "
+        "if it is this cluster's, adopt it with kubectl annotate "
+        f"{structs.kubectl_ref(observed, 'OpenIDConnectProvider')} crossplane.io/external-name="
+        f"arn:<partition>:iam::<account-id>:oidc-provider/{url.removeprefix('https://')}"
+    )
+
+
 # --- CloudFront (Managed) ----------------------------------------------------------------
 
 
@@ -683,14 +705,19 @@ S3_PUBLIC = (
     *_OBJECTS_IN_OWN_BUCKET,
     # Roles are useless until STS can read both documents, so the provider
     # (and with it every role) waits for the public-read policy too.
-    Node(OIDC_PROVIDER, oidc_provider, (after(DISCOVERY, JWKS, BUCKET_POLICY),)),
+    Node(
+        OIDC_PROVIDER,
+        oidc_provider,
+        (after(DISCOVERY, JWKS, BUCKET_POLICY),),
+        diagnose=stuck_oidc_provider,
+    ),
 )
 
 # The bucket is the platform team's: only this cluster's two documents are written.
 SHARED = (
     Node(DISCOVERY, discovery, (sa_key_present,)),
     Node(JWKS, jwks, (sa_key_present,)),
-    Node(OIDC_PROVIDER, oidc_provider, (after(DISCOVERY, JWKS),)),
+    Node(OIDC_PROVIDER, oidc_provider, (after(DISCOVERY, JWKS),), diagnose=stuck_oidc_provider),
 )
 
 _PRIVATE_BUCKET = after(BUCKET, BUCKET_OWNERSHIP, BUCKET_PUBLIC_ACCESS)
@@ -714,7 +741,12 @@ _MANAGED_BEFORE_RECORD = (
 # IAM may fetch the issuer when the provider is created: everything that serves it first.
 MANAGED = (
     *_MANAGED_BEFORE_RECORD,
-    Node(OIDC_PROVIDER, oidc_provider, (after(DISTRIBUTION, BUCKET_POLICY, DISCOVERY, JWKS),)),
+    Node(
+        OIDC_PROVIDER,
+        oidc_provider,
+        (after(DISTRIBUTION, BUCKET_POLICY, DISCOVERY, JWKS),),
+        diagnose=stuck_oidc_provider,
+    ),
 )
 MANAGED_WITH_RECORD = (
     *_MANAGED_BEFORE_RECORD,
@@ -723,6 +755,7 @@ MANAGED_WITH_RECORD = (
         OIDC_PROVIDER,
         oidc_provider,
         (after(DISTRIBUTION, BUCKET_POLICY, DISCOVERY, JWKS, DNS_RECORD),),
+        diagnose=stuck_oidc_provider,
     ),
 )
 

@@ -140,16 +140,12 @@ def stuck_association(observed: struct_pb2.Struct) -> str:
     found = _ALREADY_EXISTS.search(structs.failing_message(observed))
     if found is None:
         return ""
-    api_version = structs.str_at(observed, "apiVersion") or ""
-    resource = f"{ASSOCIATION_KIND.lower()}s.{api_version.split('/', 1)[0]}"
-    namespace = structs.str_at(observed, "metadata", "namespace")
-    where = f" -n {namespace}" if namespace else ""
-    name = structs.str_at(observed, "metadata", "name") or ""
     return (
         f"EKS already has this association ({found.group(1)}) but the provider lost its id and "
         "retries the create forever (Synced=False: 409 Association already exists; "
         "crossplane-contrib/provider-upjet-aws#2199): adopt it with kubectl annotate "
-        f"{resource}{where} {name} crossplane.io/external-name={found.group(1)}"
+        f"{structs.kubectl_ref(observed, ASSOCIATION_KIND)} "
+        f"crossplane.io/external-name={found.group(1)}"
     )
 
 
