@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from e2e.aws.deletion import DeletionWatch, assert_withdrawn_in_usage_order, order_report
+from e2e.aws.lost_creates import LostCreates
 from e2e.aws.provider import (
     AWS_KINDS,
     AwsControlPlane,
@@ -50,7 +51,17 @@ def aws_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsC
 
 
 @pytest.fixture(scope="package")
-def real_provider_aws(aws_control_plane: AwsControlPlane, moto: Moto) -> Iterator[Process]:
+def lost_creates(aws_control_plane: AwsControlPlane, moto: Moto) -> Iterator[LostCreates]:
+    """provider-aws's lost creates adopted while it runs (e2e/aws/lost_creates.py); each one
+    is printed, and listed again at the end."""
+    mender = LostCreates(aws_control_plane.kube, moto.clients.iam).start()
+    yield mender
+    adopted = mender.stop()
+    print(f"\nprovider-aws's lost creates adopted: {[str(a) for a in adopted] or 'none'}; stuck, not adopted: {sorted(mender.refused) or 'none'}; polls that failed: {mender.errors[-5:] or 'none'}")
+
+
+@pytest.fixture(scope="package")
+def real_provider_aws(aws_control_plane: AwsControlPlane, moto: Moto, lost_creates: LostCreates) -> Iterator[Process]:
     provider_configs(aws_control_plane, moto.endpoint)
     started = time.monotonic()
     try:
