@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -35,7 +35,7 @@ from function.addons.oidc_issuer import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
 from function.compat import minor_of
 from function.flavour import XR_TYPES, Flavour
-from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url
+from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url, own_struct
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
 from function.rollout.target import RolloutTarget
 from function.spec import ClusterPluginSpec, parse_input, parse_spec
@@ -69,10 +69,12 @@ class Accepted:
         observed: Observed,
         now: float = 0.0,
         rollout: RolloutTarget | None = None,
+        struct_for: Callable[[str], struct_pb2.Struct] = own_struct,
     ) -> CallContext:
         """What the add-ons' builders and gates read during one call (``now``: its clock).
 
-        ``rollout``: the rollout that selects the XR (``function/rollout/pull.py``).
+        ``rollout``: the rollout that selects the XR (``function/rollout/pull.py``);
+        ``struct_for``: where a Release is built (``CallContext.struct_for``).
         """
         return CallContext(
             self.spec,
@@ -86,6 +88,7 @@ class Accepted:
             port_needs=self.port_needs,
             now=now,
             rollout=rollout,
+            struct_for=struct_for,
         )
 
 
@@ -403,6 +406,7 @@ def accept_step_input_struct(step_input: struct_pb2.Struct) -> StepInput:
 def cache_clear() -> None:
     """Forget every accepted XR and input (tests: no answer may depend on the caches)."""
     _accept_parts.cache_clear()
+    _pin_problems.cache_clear()
     _parse_spec.cache_clear()
     _parse_input.cache_clear()
 
@@ -491,18 +495,38 @@ def _pin_problem(
 
     Pinned: the XR's ``version`` of the add-on, else its chart's in the Composition's input.
     Judged against the minor the control plane runs and, during its upgrade, the one it
-    moves to; a version the table does not know is not refused (nothing documented).
+    moves to; a version the table does not know is not refused (nothing documented). A
+    version the Release already runs is not refused (``_runs``).
     """
-    minors = [
-        m
-        for m in dict.fromkeys(
-            (
-                minor_of(facts.kubernetes_version or ""),
-                minor_of(facts.kubernetes_target_version or ""),
-            )
-        )
-        if m is not None
-    ]
+    for pin in _pin_problems(
+        accepted,
+        facts.kubernetes_version or "",
+        facts.kubernetes_target_version or "",
+        facts.control_plane_kind or "",
+    ):
+        if pin.node is None or not _runs(observed, pin.node, pin.version):
+            return pin.field, pin.message
+    return None
+
+
+class _PinProblem(NamedTuple):
+    node: str | None  # the Release, when it is not refused while it runs ``version``
+    version: str
+    field: str
+    message: str
+
+
+@functools.lru_cache(maxsize=1024)
+def _pin_problems(
+    accepted: Accepted, running: str, target: str, control_plane_kind: str
+) -> tuple[_PinProblem, ...]:
+    """Every pin ``_pin_problem`` may refuse, in order: judged once per spec and versions.
+
+    ``accepted`` is the cached one of its spec and input (hashed by identity): a call of a
+    converged XR reads the answer, not the add-ons' tables again.
+    """
+    minors = [m for m in dict.fromkeys((minor_of(running), minor_of(target))) if m is not None]
+    found: list[_PinProblem] = []
     for addon in accepted.wanted:
         spec = addon.spec(accepted.spec)
         for decl in addon.releases:
@@ -516,21 +540,20 @@ def _pin_problem(
                 continue
             unusable = addon.version_problem(version) if addon.version_problem else None
             if unusable and decl is addon.release:
-                return field, unusable
+                found.append(_PinProblem(None, version, field, unusable))
+                return tuple(found)  # refused whatever runs: nothing after it is read
             supported = compat.supported(source.name, version) if minors else None
             if supported is None or all(m in supported for m in minors):
-                continue
-            if _runs(observed, decl.node, version):
                 continue
             moving = f", moving to {compat.minor_text(minors[-1])}" if len(minors) > 1 else ""
             message = (
                 f"{source.name} {version} supports Kubernetes {supported.describe()}, and the "
                 f"cluster runs {compat.minor_text(minors[0])}{moving} (its "
-                f"{facts.control_plane_kind or 'control plane'}): pin a version for it, or "
+                f"{control_plane_kind or 'control plane'}): pin a version for it, or "
                 "leave the version out to follow the cluster's minor"
             )
-            return field, message
-    return None
+            found.append(_PinProblem(decl.node, version, field, message))
+    return tuple(found)
 
 
 def _chart_field(accepted: Accepted, source: ChartSource) -> str:

@@ -6,7 +6,6 @@ goes to ``rollout.answer``. ``run`` is pure; ``FunctionRunner`` is what ``serve`
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, NamedTuple, Protocol
 
@@ -16,67 +15,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function import accept, cluster, structs
-from function.flavour import carried_over
 from function.graph import Observed
 from function.plan import Plan, build_plan
+from function.respond import DesiredSlots, write
 from function.rollout import answer as rollout
 from function.rollout import pull
 from function.rollout.spec import KIND as ROLLOUT_KIND
 from function.spec_base import InvalidInputError
-from function.step_input import StepInput
-
-_CONDITION_STATUS = {
-    "True": fnv1.STATUS_CONDITION_TRUE,
-    "False": fnv1.STATUS_CONDITION_FALSE,
-    "Unknown": fnv1.STATUS_CONDITION_UNKNOWN,
-}
-_SEVERITY = {"Normal": fnv1.SEVERITY_NORMAL, "Warning": fnv1.SEVERITY_WARNING}
-
-
-def _write(rsp: fnv1.RunFunctionResponse, plan: Plan, step: StepInput, target: Any) -> None:
-    desired = rsp.desired.resources
-    earlier = set(desired)  # from earlier pipeline steps
-    for d in plan.resources:
-        r = desired[d.name]
-        if d.name in earlier:
-            r.resource.Clear()  # replaced whole, as before
-        body = d.body
-        if isinstance(body, dict):
-            structs.fill(r.resource, body)
-        elif body is not None:
-            body(r.resource)  # a StructWriter
-        elif d.carried is not None:
-            r.resource.CopyFrom(carried_over(d.carried))
-        r.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
-
-    composite = rsp.desired.composite
-    structs.update(composite.resource.fields["status"].struct_value, plan.status)
-    if plan.held_back:
-        composite.ready = fnv1.READY_FALSE
-
-    for c in plan.conditions:
-        rsp.conditions.append(
-            fnv1.Condition(
-                type=c.type,
-                status=_CONDITION_STATUS[c.status],
-                reason=c.reason,
-                message=c.message,
-                target=target,
-            )
-        )
-    for res in plan.results:
-        rsp.results.append(
-            fnv1.Result(
-                severity=_SEVERITY[res.severity],
-                reason=res.reason,
-                message=res.message,
-                target=target,
-            )
-        )
-    ttl = step.ttl.ready if plan.all_ready else step.ttl.waiting
-    if plan.due_in is not None:  # a soak or an upgrade's deadline ends sooner
-        ttl = max(1, min(ttl, math.ceil(plan.due_in)))
-    rsp.meta.ttl.FromSeconds(ttl)
 
 
 class Answer(NamedTuple):
@@ -131,8 +76,9 @@ def answer(req: fnv1.RunFunctionRequest, log: Any = None, now: float | None = No
         cluster.usages_in_api(req, usages_namespace),
         cluster.found_by_name(req, usages_namespace),
     )
-    plan = build_plan(accepted.context(facts, observed, now, followed), xr)
-    _write(rsp, plan, accepted.step, target)
+    slots = DesiredSlots(rsp)
+    plan = build_plan(accepted.context(facts, observed, now, followed, slots.struct_for), xr)
+    write(rsp, plan, accepted.step, target, slots)
     asked.adding(plan.requirements).write(rsp.requirements)
     if log is not None and plan.results:
         # Only on transitions, like the results themselves.

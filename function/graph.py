@@ -322,6 +322,12 @@ def _no_spec(_: ClusterPluginSpec) -> None:
 
 
 _UNSET: Any = object()
+_NO_FIELDS: Mapping[str, struct_pb2.Value] = {}
+
+
+def _fields_at(fields: Mapping[str, struct_pb2.Value], key: str) -> Mapping[str, struct_pb2.Value]:
+    """The fields of the Struct under ``key`` (none when absent: ``in`` first, indexing inserts)."""
+    return fields[key].struct_value.fields if key in fields else _NO_FIELDS
 
 
 class Observed:
@@ -391,9 +397,7 @@ class Observed:
             verdict = self._upgraded.get(name)
             if verdict is None:
                 obj = self.get(name)
-                verdict = obj is not None and release_ready(
-                    obj, self.chart_version(name), self.deployed_version(name)
-                )
+                verdict = obj is not None and release_ready(obj, *self._versions(name))
                 self._upgraded[name] = verdict
             return verdict
         assert_never(readiness)
@@ -414,13 +418,7 @@ class Observed:
         """
         version = self._charts.get(name, _UNSET)
         if version is _UNSET:
-            obj = self.get(name)
-            version = (
-                None
-                if obj is None
-                else structs.str_at(obj, "spec", "forProvider", "chart", "version")
-            )
-            self._charts[name] = version
+            version = self._read_versions(name)[0]
         return version
 
     def deployed_version(self, name: str) -> str | None:
@@ -430,12 +428,33 @@ class Observed:
         """
         version = self._deployed.get(name, _UNSET)
         if version is _UNSET:
-            obj = self.get(name)
-            version = (
-                None if obj is None else structs.str_at(obj, "status", "atProvider", "version")
-            )
-            self._deployed[name] = version
+            version = self._read_versions(name)[1]
         return version
+
+    def _versions(self, name: str) -> tuple[str | None, str | None]:
+        """(chart_version, deployed_version) of ``name``."""
+        asked = self._charts.get(name, _UNSET)
+        if asked is _UNSET:
+            return self._read_versions(name)
+        return asked, self._deployed[name]
+
+    def _read_versions(self, name: str) -> tuple[str | None, str | None]:
+        """Both versions of a Release, read and kept at once (each is wanted for every Release).
+
+        Two walks of ``structs.str_at`` as one (``_fields_at``: a Value of another kind reads as
+        an empty Struct, its ``string_value`` as "").
+        """
+        obj = self.get(name)
+        asked = deployed = None
+        if obj is not None:
+            fields = obj.fields
+            chart = _fields_at(_fields_at(_fields_at(fields, "spec"), "forProvider"), "chart")
+            asked = (chart["version"].string_value or None) if "version" in chart else None
+            at = _fields_at(_fields_at(fields, "status"), "atProvider")
+            deployed = (at["version"].string_value or None) if "version" in at else None
+        self._charts[name] = asked
+        self._deployed[name] = deployed
+        return asked, deployed
 
     def ref(self, name: str) -> tuple[str, str, str] | None:
         """(apiVersion, kind, metadata.name) of an observed resource."""
@@ -584,6 +603,11 @@ def release_ready(obj: struct_pb2.Struct, asked: str | None, deployed: str | Non
     return deployed is None or asked is None or deployed == asked
 
 
+def own_struct(_name: str) -> struct_pb2.Struct:
+    """A new Struct for composed resource ``_name``: where a body is built if no response is."""
+    return struct_pb2.Struct()
+
+
 @dataclass
 class CallContext:
     """Everything a builder or gate may read during one call (made by ``Accepted.context``)."""
@@ -613,6 +637,9 @@ class CallContext:
     # The rollout that selects the XR (function/rollout/pull.py): an admitted cluster's chart
     # versions and values come from its target; the planner writes its report.
     rollout: RolloutTarget | None = None
+    # Where a Release's body is built (``upgrade.decide``): the runner gives the response's own
+    # Struct of that composed resource, so emitting it copies nothing; by default a new one.
+    struct_for: Callable[[str], struct_pb2.Struct] = own_struct
 
     # --- facts that builders need, raising MissingFactError when unknown ----
 

@@ -208,10 +208,15 @@ def _hand_over(ctx: CallContext, plan: Plan, name: str) -> bool:
 
 
 def _copier(body: struct_pb2.Struct) -> StructWriter:
-    """A writer of ``body`` (the Release a day-two decision made)."""
+    """A writer of ``body`` (the Release a day-two decision made).
+
+    Nothing to copy when ``body`` is the very Struct written to (built where
+    ``CallContext.struct_for`` said: the response's own).
+    """
 
     def write(out: struct_pb2.Struct) -> None:
-        out.CopyFrom(body)
+        if out is not body:
+            out.CopyFrom(body)
 
     return write
 
@@ -711,7 +716,9 @@ def _finalizing(
         if _in_api(ctx, plan, f"{REQ_FINALIZING}{f.kind}/{f.name}", f)
     ]
     if not plan.resources:
-        for name in ctx.observed.names():
+        # By name: the map's order is upb's, seeded per process (replicas would disagree and
+        # rewrite the status for nothing).
+        for name in sorted(ctx.observed.names()):
             ref = ctx.observed.ref(name)
             if ref is not None and deletion.Finalizing(*ref) not in out:
                 out.append(deletion.Finalizing(*ref))

@@ -280,22 +280,19 @@ class _Release(NamedTuple):
     desired: struct_pb2.Struct
     seen: _Observed
     iam: IAMCheck | None  # whether its add-on's IAM covers chart versions (or None)
+    want: struct_pb2.Struct  # desired's spec.forProvider: the spec built now
 
 
 def _read(obj: struct_pb2.Struct, *, runs_spec: bool, running: str | None) -> _Observed:
-    annotations = _annotations(obj)
+    fields = obj.fields
+    annotations = _annotations(fields)
     text = (
         annotations[RECORD_ANNOTATION].string_value if RECORD_ANNOTATION in annotations else ""
     )
-    fp = structs.struct_at(obj, "spec", "forProvider") or struct_pb2.Struct()
-    problem = ""
-    if not runs_spec:
-        for cond in structs.structs_at(obj, "status", "conditions"):
-            if (
-                structs.str_at(cond, "type") == "Synced"
-                and structs.str_at(cond, "status") == "False"
-            ):
-                problem = structs.str_at(cond, "message") or structs.str_at(cond, "reason") or ""
+    # spec.forProvider, unrolled as _annotations (read for every Release of every call)
+    spec = fields["spec"].struct_value.fields if "spec" in fields else _NO_FIELDS
+    fp = spec["forProvider"].struct_value if "forProvider" in spec else struct_pb2.Struct()
+    problem = "" if runs_spec else _synced_problem(obj)
     return _Observed(
         obj,
         fp,
@@ -308,15 +305,23 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool, running: str | None) -> _O
     )
 
 
-_NO_FIELDS: dict[str, struct_pb2.Value] = {}
+def _synced_problem(obj: struct_pb2.Struct) -> str:
+    """The message (else the reason) of the Release's Synced=False, or ""."""
+    problem = ""
+    for cond in structs.structs_at(obj, "status", "conditions"):
+        if structs.str_at(cond, "type") == "Synced" and structs.str_at(cond, "status") == "False":
+            problem = structs.str_at(cond, "message") or structs.str_at(cond, "reason") or ""
+    return problem
 
 
-def _annotations(obj: struct_pb2.Struct) -> Mapping[str, struct_pb2.Value]:
-    """The fields of ``metadata.annotations`` (empty when it has none).
+_NO_FIELDS: Mapping[str, struct_pb2.Value] = {}
+
+
+def _annotations(fields: Mapping[str, struct_pb2.Value]) -> Mapping[str, struct_pb2.Value]:
+    """The fields of ``metadata.annotations`` of an object's ``fields`` (empty when none).
 
     Unrolled: read for every Release of every call.
     """
-    fields = obj.fields
     meta = fields["metadata"].struct_value.fields if "metadata" in fields else _NO_FIELDS
     return meta["annotations"].struct_value.fields if "annotations" in meta else _NO_FIELDS
 
@@ -408,17 +413,18 @@ def _to_json(for_provider: struct_pb2.Struct, written: struct_pb2.Struct) -> str
 
 
 def _emit(
-    desired: struct_pb2.Struct,
+    release: _Release,
     for_provider: struct_pb2.Struct,
     record: Record | None,
     last_healthy: str | None,
 ) -> struct_pb2.Struct:
     """The Release to emit: the desired one with ``for_provider`` and the memory annotations.
 
-    ``desired`` is this call's own (built for it): with its own spec it is annotated in place
-    (the common case, on the hot path), with another spec a copy is made.
+    ``release.desired`` is this call's own (built for it): with its own spec (``release.want``)
+    it is annotated in place (the common case, on the hot path), with another spec a copy is made.
     """
-    if for_provider is _for_provider(desired):
+    desired = release.desired
+    if for_provider is release.want:
         out = desired
     else:
         out = struct_pb2.Struct()
@@ -466,7 +472,7 @@ def _failure(call: _Call, version: str, target: str, seen: _Observed) -> Failure
 
 def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
     """A Release moving (Upgrading) or moving back (RollingBack) to the spec it holds."""
-    node, desired, seen = release.node, release.desired, release.seen
+    node, seen = release.node, release.seen
     now, policy = call.now, call.policy
     fp = seen.for_provider
     version = _chart_version(fp)
@@ -491,7 +497,7 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
             # Healthy: this spec is the last healthy one; the IAM narrows to its version.
             return Decision(
                 node.name,
-                _emit(desired, fp, settled, None),
+                _emit(release, fp, settled, None),
                 settled,
                 seen.running,
                 None,
@@ -509,7 +515,7 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
         )
         return Decision(
             node.name,
-            _emit(desired, fp, soaking, last_healthy),
+            _emit(release, fp, soaking, last_healthy),
             soaking,
             seen.running,
             version,
@@ -526,7 +532,7 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
             back = Record(Phase.ROLLING_BACK, rfc3339(now), lh_version, digest(lh), failed=failure)
             return Decision(
                 node.name,
-                _emit(desired, lh, back, last_healthy),
+                _emit(release, lh, back, last_healthy),
                 back,
                 seen.running,
                 lh_version,
@@ -551,7 +557,7 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
         call.held = node.name
         return Decision(
             node.name,
-            _emit(desired, fp, held, last_healthy),
+            _emit(release, fp, held, last_healthy),
             held,
             seen.running,
             record.version,
@@ -563,7 +569,7 @@ def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
     waiting = Record(record.phase, record.since, record.version, record.target, "", record.failed)
     return Decision(
         node.name,
-        _emit(desired, fp, waiting, last_healthy),
+        _emit(release, fp, waiting, last_healthy),
         waiting,
         seen.running,
         record.version,
@@ -630,10 +636,10 @@ def _steady(
     ``retarget``: it was in flight to another spec, which is not healthy: its last healthy
     spec stays the one to come back to.
     """
-    node, desired, seen, iam = release
+    node, seen, iam = release.node, release.seen, release.iam
     fp = seen.for_provider
     version = call.ctx.observed.chart_version(node.name) or ""  # _chart_version(fp), read once
-    want = _for_provider(desired)
+    want = release.want
     # The steady state: it holds the spec built now, equal (one comparison in C); emitted as
     # the spec built now, it is annotated in place, no copy.
     same = fp == want
@@ -643,7 +649,7 @@ def _steady(
         # Nothing helm installs changes (e.g. waitTimeout's form): applied at once, as is.
         return Decision(
             node.name,
-            _emit(desired, want, record, None),
+            _emit(release, want, record, None),
             record,
             seen.running,
             None,
@@ -665,7 +671,7 @@ def _steady(
     if not _retried(call, record.failed, target):
         return Decision(
             node.name,
-            _emit(desired, fp, record, last_healthy),
+            _emit(release, fp, record, last_healthy),
             record,
             seen.running,
             None,
@@ -695,7 +701,7 @@ def _steady(
     if wait is not None:
         return Decision(
             node.name,
-            _emit(desired, fp, record, last_healthy),
+            _emit(release, fp, record, last_healthy),
             record,
             seen.running,
             to,
@@ -711,7 +717,7 @@ def _steady(
     lh_json = last_healthy or _to_json(fp, want)
     return Decision(
         node.name,
-        _emit(desired, want, moving, lh_json),
+        _emit(release, want, moving, lh_json),
         moving,
         seen.running,
         to,
@@ -731,12 +737,12 @@ def _kept(
         # The spec asks again for what runs (a person took the failed version back out):
         # nothing failed is wanted any more.
         record = Record(Phase.HEALTHY, record.since, record.version, record.target)
-    node, desired, seen = release.node, release.desired, release.seen
+    node, seen = release.node, release.seen
     if record.failed is None and record.phase is not Phase.FAILED:
         # Converged (nearly every call): nothing failed to say, its version's permissions alone.
         return Decision(
             node.name,
-            _emit(desired, for_provider, record, None),
+            _emit(release, for_provider, record, None),
             record,
             seen.running,
             None,
@@ -747,7 +753,7 @@ def _kept(
     lh_version = _lh_version(seen, version) if record.phase is Phase.FAILED else version
     return Decision(
         node.name,
-        _emit(desired, for_provider, record, None),
+        _emit(release, for_provider, record, None),
         record,
         seen.running,
         None,
@@ -798,14 +804,16 @@ def decide(
                 body = node.build(ctx)
             except MissingFactError:
                 continue  # the planner carries it over as it is
-            desired = struct_pb2.Struct()
+            desired = ctx.struct_for(node.name)  # the response's own, when there is one
             structs.fill(desired, body)
             seen = _read(
                 obj,
                 runs_spec=ctx.observed.ready(node.name, node.readiness),
                 running=ctx.observed.deployed_version(node.name),
             )
-            releases.append(_Release(node, desired, seen, iam.get(node.name)))
+            releases.append(
+                _Release(node, desired, seen, iam.get(node.name), _for_provider(desired))
+            )
             record = seen.record
             if record is not None and record.phase in IN_FLIGHT:
                 call.in_flight = call.in_flight or node.name
@@ -832,15 +840,20 @@ def decide(
 
 def _retargeted(call: _Call, release: _Release, record: Record) -> bool:
     """Whether the spec built now is neither what is moved to nor what it runs (a new ask)."""
-    want = _for_provider(release.desired)
+    want = release.want
     if call.may_move is not None or _holds(release.seen.for_provider, want):
         return False
     return digest(want) != record.target
 
 
 def _decide_one(call: _Call, release: _Release) -> Decision:
-    node, desired, seen, _ = release
+    node, desired, seen = release.node, release.desired, release.seen
     record = seen.record
+    if record is not None and record.phase is Phase.HEALTHY and seen.for_provider == release.want:
+        # Converged (nearly every call): it holds the spec built now, equal (as ``_steady``
+        # would find first, with one comparison in C).
+        version = call.ctx.observed.chart_version(node.name) or ""
+        return _kept(release, release.want, record, version)
     upgrading = record is not None and record.phase is Phase.UPGRADING
     if upgrading and record is not None and _retargeted(call, release, record):
         # Asked for another spec while an upgrade is under way: it goes there instead, from
@@ -865,7 +878,7 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
                 detail = _install_failed(node.name, int(seen.install_tries))
             return Decision(
                 node.name,
-                _emit(desired, _for_provider(desired), None, None),
+                _emit(release, release.want, None, None),
                 None,
                 seen.running,
                 None,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from crossplane.function import resource
 
-from function import fn
+from function import fn, graph
 from function.plan import USAGE_ENDS
 from function_tools import simulate
 from function_tools.in_memory_crossplane import InMemoryCrossplane, Reconcile, orphaned
@@ -581,3 +581,27 @@ def test_objects_resent_from_an_earlier_reconcile_are_not_read_once_the_cluster_
     del req.required_resources["cluster"].items[:]  # gone; the rest as last resolved
     status = resource.struct_to_dict(fn.run(req).desired.composite.resource)["status"]
     assert status["clusterDeletion"]["phase"] == "Gone", status
+
+
+def test_the_finalizing_list_does_not_follow_the_maps_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status.clusterDeletion.finalizing`` is the same whatever order the observed map gives.
+
+    upb seeds its map hashing per process: two replicas iterate one request's map differently,
+    and a status list in that order would flip between them (a status write for nothing).
+    """
+    scenario = next(s for s in DELETION_SCENARIOS if s.name == "cloudfront-managed")
+    lists = []
+    for reverse in (False, True):
+        if reverse:
+            monkeypatch.setattr(graph.Observed, "names", lambda self: list(self.resources)[::-1])
+        world = _ready_world(scenario)
+        world.delete_cluster()
+        world.run(2)
+        world.remove_cluster()
+        seen = []
+        for _ in range(90):  # the withdrawal layer by layer, then the last layer finalizing
+            world.reconcile()
+            seen.append((_record(world) or {}).get("finalizing"))
+        lists.append(seen)
+    assert max(len(f or ()) for f in lists[0]) >= 2, lists[0]
+    assert lists[0] == lists[1]

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from crossplane.function import logging, resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from google.protobuf import duration_pb2, json_format
+from google.protobuf import duration_pb2, json_format, struct_pb2
 
-from function import fn
-from tests.scenarios import by_name, example, find
+from function import fn, respond
+from function.plan import DesiredResource, Plan
+from function.spec import parse_input
+from tests.scenarios import by_name, example, find, staged_control_plane
 
 logging.configure(logging.Level.DISABLED)
 
@@ -492,12 +494,17 @@ def test_bucket_override_must_carry_the_xrs_binding() -> None:
 def test_an_earlier_steps_resource_of_one_of_our_names_is_replaced_whole() -> None:
     """Desired resources of earlier pipeline steps pass through; one named like ours is ours."""
     world = by_name("selfhosted-full").world()
-    world.run(12)
+    world.run(30, before=staged_control_plane(3, 8))
     req = world.request()
     fn.run(req)  # the required-resources loop: fill what the function asks for
     world._fill(req, fn.run(req))
     alone = fn.run(req)
+    assert "cni-release" in alone.desired.resources
     req.desired.resources["helm-provider-config"].resource.update(
+        {"kind": "ConfigMap", "data": {"stale": "yes"}}
+    )
+    # A Release too: day two builds the rest in the response's own Structs (respond.DesiredSlots).
+    req.desired.resources["cni-release"].resource.update(
         {"kind": "ConfigMap", "data": {"stale": "yes"}}
     )
     req.desired.resources["from-an-earlier-step"].resource.update({"kind": "ConfigMap"})
@@ -506,7 +513,38 @@ def test_an_earlier_steps_resource_of_one_of_our_names_is_replaced_whole() -> No
         {"kind": "ConfigMap"}
     )
     del got.desired.resources["from-an-earlier-step"]
-    assert "data" not in resource.struct_to_dict(
-        got.desired.resources["helm-provider-config"].resource
-    )
+    for name in ("helm-provider-config", "cni-release"):
+        assert "data" not in resource.struct_to_dict(got.desired.resources[name].resource)
     assert got.desired == alone.desired
+
+
+@pytest.mark.parametrize("step", [8, 14, 30])
+def test_releases_built_in_the_response_answer_as_built_apart(
+    monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """Building Releases in the response's own Structs (no copy) changes nothing in the answer.
+
+    Installing (8), converging (14) and converged (30): the same request answered with every
+    Release built in a Struct of its own and copied, as before that saving.
+    """
+    world = by_name("selfhosted-full").world()
+    world.run(step, before=staged_control_plane(3, 8))
+    req = world.request()
+    world._fill(req, fn.run(req))
+    in_place = fn.run(req, now=1_000.0)
+    releases = [n for n, d in in_place.desired.resources.items() if "release" in n]
+    assert releases, sorted(in_place.desired.resources)
+    monkeypatch.setattr(respond.DesiredSlots, "struct_for", lambda _self, _name: struct_pb2.Struct())
+    assert fn.run(req, now=1_000.0) == in_place
+
+
+def test_a_release_built_in_the_response_but_not_planned_is_not_desired() -> None:
+    """The guard behind building in the response: what the plan leaves out is removed."""
+    rsp = fnv1.RunFunctionResponse()
+    slots = respond.DesiredSlots(rsp)
+    slots.struct_for("kept").fields["kind"].string_value = "Release"
+    slots.struct_for("dropped").fields["kind"].string_value = "Release"
+    plan = Plan()
+    plan.resources.append(DesiredResource("kept", True, {"kind": "Release"}))
+    respond.write(rsp, plan, parse_input(None), fnv1.TARGET_COMPOSITE, slots)
+    assert set(rsp.desired.resources) == {"kept"}
