@@ -325,7 +325,7 @@ _UNSET: Any = object()
 _NO_FIELDS: Mapping[str, struct_pb2.Value] = {}
 
 
-def _fields_at(fields: Mapping[str, struct_pb2.Value], key: str) -> Mapping[str, struct_pb2.Value]:
+def fields_at(fields: Mapping[str, struct_pb2.Value], key: str) -> Mapping[str, struct_pb2.Value]:
     """The fields of the Struct under ``key`` (none when absent: ``in`` first, indexing inserts)."""
     return fields[key].struct_value.fields if key in fields else _NO_FIELDS
 
@@ -441,16 +441,16 @@ class Observed:
     def _read_versions(self, name: str) -> tuple[str | None, str | None]:
         """Both versions of a Release, read and kept at once (each is wanted for every Release).
 
-        Two walks of ``structs.str_at`` as one (``_fields_at``: a Value of another kind reads as
+        Two walks of ``structs.str_at`` as one (``fields_at``: a Value of another kind reads as
         an empty Struct, its ``string_value`` as "").
         """
         obj = self.get(name)
         asked = deployed = None
         if obj is not None:
             fields = obj.fields
-            chart = _fields_at(_fields_at(_fields_at(fields, "spec"), "forProvider"), "chart")
+            chart = fields_at(fields_at(fields_at(fields, "spec"), "forProvider"), "chart")
             asked = (chart["version"].string_value or None) if "version" in chart else None
-            at = _fields_at(_fields_at(fields, "status"), "atProvider")
+            at = fields_at(fields_at(fields, "status"), "atProvider")
             deployed = (at["version"].string_value or None) if "version" in at else None
         self._charts[name] = asked
         self._deployed[name] = deployed

@@ -60,6 +60,7 @@ from function.graph import (
     Plugin,
     Readiness,
     Wait,
+    fields_at,
 )
 
 # Whether an add-on's IAM grants what some chart versions of its release need (registry.IAM_CHECKS).
@@ -289,8 +290,7 @@ def _read(obj: struct_pb2.Struct, *, runs_spec: bool, running: str | None) -> _O
     text = (
         annotations[RECORD_ANNOTATION].string_value if RECORD_ANNOTATION in annotations else ""
     )
-    # spec.forProvider, unrolled as _annotations (read for every Release of every call)
-    spec = fields["spec"].struct_value.fields if "spec" in fields else _NO_FIELDS
+    spec = fields_at(fields, "spec")
     fp = spec["forProvider"].struct_value if "forProvider" in spec else struct_pb2.Struct()
     problem = "" if runs_spec else _synced_problem(obj)
     return _Observed(
@@ -314,16 +314,9 @@ def _synced_problem(obj: struct_pb2.Struct) -> str:
     return problem
 
 
-_NO_FIELDS: Mapping[str, struct_pb2.Value] = {}
-
-
 def _annotations(fields: Mapping[str, struct_pb2.Value]) -> Mapping[str, struct_pb2.Value]:
-    """The fields of ``metadata.annotations`` of an object's ``fields`` (empty when none).
-
-    Unrolled: read for every Release of every call.
-    """
-    meta = fields["metadata"].struct_value.fields if "metadata" in fields else _NO_FIELDS
-    return meta["annotations"].struct_value.fields if "annotations" in meta else _NO_FIELDS
+    """The fields of ``metadata.annotations`` of an object's ``fields`` (empty when none)."""
+    return fields_at(fields_at(fields, "metadata"), "annotations")
 
 
 def _for_provider(body: struct_pb2.Struct) -> struct_pb2.Struct:
