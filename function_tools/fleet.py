@@ -1,9 +1,9 @@
 """A fleet in memory: many ClusterPlugins, each in its own in-memory Crossplane, and one rollout.
 
 Every ClusterPlugin is an ``InMemoryCrossplane`` of its own (its cluster's objects, its
-composed resources, its providers); the ClusterPluginRollout is one more XR that composes
-nothing. One ``reconcile`` of the fleet reconciles every cluster once (each sees the rollout
-as it is then, as Crossplane's required resources would give it), then the rollout once
+composed resources, its providers); the ClusterPluginRollouts are more XRs that compose
+nothing. One ``reconcile`` of the fleet reconciles every cluster once (each sees the rollouts
+as they are then, as Crossplane's required resources would give them), then each rollout once
 (seeing every ClusterPlugin as it is then). The clocks agree: every world is at the same
 reconcile, ``seconds_per_reconcile`` apart. Nothing here decides anything: the function does,
 through ``fn.run``, on both kinds.
@@ -54,8 +54,9 @@ class Fleet:
         self.template = copy.deepcopy(xr)
         self.template_required = [copy.deepcopy(o) for o in required]
         self.step_input = step_input
-        # The ClusterPluginRollout, once one is applied (``apply_rollout``).
-        self.rollout: dict[str, Any] | None = None
+        # The ClusterPluginRollouts applied (``apply_rollout``), by name.
+        self.rollouts: dict[str, dict[str, Any]] = {}
+        self._first = ""  # the first rollout applied: ``rollout``
         self.world_options = world
         self.rollout_input = rollout_input or {}
         self.seconds_per_reconcile = seconds_per_reconcile
@@ -63,6 +64,12 @@ class Fleet:
         self.step = 0
         self.history: list[Sample] = []
         self.rollout_responses: list[fnv1.RunFunctionResponse] = []
+        self.other_responses: dict[str, list[fnv1.RunFunctionResponse]] = {}
+
+    @property
+    def rollout(self) -> dict[str, Any] | None:
+        """The first rollout applied, while it exists."""
+        return self.rollouts.get(self._first)
 
     # --- the fleet -----------------------------------------------------------
 
@@ -94,10 +101,17 @@ class Fleet:
 
     def apply_rollout(self, rollout: dict[str, Any]) -> None:
         """A ClusterPluginRollout is applied (or its spec changed: its status stays)."""
-        status = self.rollout.get("status") if self.rollout is not None else None
-        self.rollout = copy.deepcopy(rollout)
+        name = rollout["metadata"]["name"]
+        self._first = self._first or name
+        before = self.rollouts.get(name)
+        status = before.get("status") if before is not None else None
+        self.rollouts[name] = copy.deepcopy(rollout)
         if status is not None:
-            self.rollout["status"] = status
+            self.rollouts[name]["status"] = status
+
+    def delete_rollout(self, name: str) -> None:
+        """A ClusterPluginRollout is deleted (it composes nothing: it is gone at once)."""
+        del self.rollouts[name]
 
     def remove(self, key: str) -> None:
         """The ClusterPlugin is deleted: the rollout no longer selects it."""
@@ -110,20 +124,24 @@ class Fleet:
 
     # --- Crossplane ----------------------------------------------------------
 
-    def _rollout_request(self) -> fnv1.RunFunctionRequest:
+    def _rollout_request(self, rollout: dict[str, Any]) -> fnv1.RunFunctionRequest:
         req = fnv1.RunFunctionRequest()
-        req.observed.composite.resource.update(self.rollout or {})
+        req.observed.composite.resource.update(rollout)
         if self.rollout_input:
             req.input.update(self.rollout_input)
         return req
 
-    def reconcile_rollout(self) -> fnv1.RunFunctionResponse:
-        """One reconcile of the rollout: the required-resources loop, then its status applied."""
-        if self.rollout is None:
-            msg = "no ClusterPluginRollout applied"
+    def reconcile_rollout(self, name: str | None = None) -> fnv1.RunFunctionResponse:
+        """One reconcile of a rollout (the first applied by default).
+
+        The required-resources loop, then its status applied.
+        """
+        rollout = self.rollouts.get(name or self._first)
+        if rollout is None:
+            msg = f"no ClusterPluginRollout {name or self._first!r} applied"
             raise ValueError(msg)
         objects = [w.xr for w in self.worlds.values()]
-        req = self._rollout_request()
+        req = self._rollout_request(rollout)
         rsp = fn.run(req, now=self.now)
         for _ in range(MAX_REQUIREMENT_ITERATIONS - 1):
             before = rsp.requirements.SerializeToString(deterministic=True)
@@ -133,22 +151,24 @@ class Fleet:
                 break
         if not any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             status = resource.struct_to_dict(rsp.desired.composite.resource).get("status", {})
-            self.rollout["status"] = status  # the function writes all of it
+            rollout["status"] = status  # the function writes all of it
         self.rollout_responses.append(rsp)
         return rsp
 
     def reconcile(self, before: Callable[[Fleet], None] | None = None) -> Sample:
-        """Every cluster once (each with the rollout as it is), then the rollout once."""
+        """Every cluster once (each with the rollouts as they are), then each rollout once."""
         if before is not None:
             before(self)
         self.step += 1
         for world in self.worlds.values():
             world.required = [o for o in world.required if o.get("kind") != KIND]
-            if self.rollout is not None:
-                world.required.append(copy.deepcopy(self.rollout))
+            world.required += [copy.deepcopy(r) for r in self.rollouts.values()]
             world.reconcile()
-        if self.rollout is not None:
-            self.reconcile_rollout()
+        for name in sorted(self.rollouts):
+            rsp = self.reconcile_rollout(name)
+            if name != self._first:
+                self.rollout_responses.pop()  # rollout_responses: the first rollout's
+                self.other_responses.setdefault(name, []).append(rsp)
         sample = self.sample()
         self.history.append(sample)
         return sample

@@ -267,6 +267,13 @@ def _eks_addons_status(obj: dict[str, Any], *, initialized: bool, available: boo
     status["addons"] = addons
 
 
+# What provider-helm says of a Release whose workload cluster's API it cannot reach.
+API_CUT_ERROR = (
+    "cannot create new Helm client: Kubernetes cluster unreachable: Get "
+    '"https://workload:6443/version": dial tcp 10.0.0.1:6443: connect: connection refused'
+)
+
+
 class InMemoryCrossplane:
     """An XR, the objects around it, and Crossplane's reconcile loop."""
 
@@ -316,6 +323,9 @@ class InMemoryCrossplane:
         self.composed: dict[str, Composed] = {}
         self.step = 0
         self.held_down: set[str] = set()  # names a fault keeps not-ready
+        # The workload cluster's API out of reach: provider-helm reports every Release
+        # failing to connect (Synced=False) and acts on none until it is back.
+        self.api_cut = False
         self.hidden: set[str] = set()  # required objects temporarily unreadable (kind/name)
         self.history: list[Reconcile] = []
         infra = next((o for o in self.required if o.get("kind") == "AWSCluster"), {})
@@ -769,8 +779,13 @@ class InMemoryCrossplane:
             created = self.step - c.created_at + 1 >= self.slow.get(
                 c.obj.get("kind", ""), self.ready_delay
             )
-            # provider-helm cannot reach a cluster that is gone.
-            reachable = not (self.cluster_gone and release)
+            cut = release and self.api_cut
+            if cut:
+                c.error = API_CUT_ERROR
+            elif c.error == API_CUT_ERROR:
+                c.error = ""  # its next Observe reaches the cluster again
+            # provider-helm cannot reach a cluster that is gone, or cut off.
+            reachable = not (self.cluster_gone and release) and not cut
             if reachable and created and (
                 (c.deployed is None and release) or c.generation > c.acted_generation
             ):

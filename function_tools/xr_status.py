@@ -148,6 +148,18 @@ class ClusterDeletion(_Status):
     )
 
 
+class AppliedPlugin(_Status):
+    """``status.rollout.applied[]``: one add-on's chart version and values from a rollout."""
+
+    name: str | None = Field(default=None, description="The add-on (status.plugins[].name).")
+    version: str | None = Field(default=None, description="The chart version it runs.")
+    values: dict[str, Any] | None = Field(
+        default=None,
+        description="The rollout's values, under the ClusterPlugin's own.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class RolloutReport(_Status):
     """``status.rollout``: the ClusterPluginRollout that selects this XR, as it stands here."""
 
@@ -160,15 +172,30 @@ class RolloutReport(_Status):
         default=None,
         description=(
             "NotAdmitted, Upgrading, Healthy (the target runs, healthy), Failed (its upgrade to "
-            "the target failed), Skipped (reason) or RolledBack (the rollout rolled back)."
+            "the target failed), Skipped (reason), RolledBack (the rollout rolled back) or Held "
+            "(its rollout is refused or no longer selects it: it keeps what it runs; reason)."
         ),
     )
     healthy_since: str | None = Field(
         default=None, alias="healthySince", description="Healthy at the target since (RFC 3339)."
     )
-    reason: str | None = Field(default=None, description="Why not admitted, skipped or failed.")
+    reason: str | None = Field(
+        default=None,
+        description="Why not admitted, skipped, failed or held, or what an admitted one waits for.",
+    )
     applying: bool | None = Field(
-        default=None, description="Skipped while it already runs the target: it keeps it."
+        default=None, description="Skipped or held while it already runs the target: it keeps it."
+    )
+    applied: list[AppliedPlugin] | None = Field(
+        default=None,
+        description=(
+            "What a rollout makes it run, add-on by add-on: kept while no rollout admits it, so "
+            "that a rollout refused, deleted or no longer selecting it moves no chart."
+        ),
+    )
+    conflicts: list[str] | None = Field(
+        default=None,
+        description="Other ClusterPluginRollouts that select it too (they skip it).",
     )
 
 

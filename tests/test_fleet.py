@@ -275,7 +275,7 @@ def test_added_deleted_paused_and_resumed_mid_rollout() -> None:
         ("strategy.onFailure", "Pause", "must be one of"),
     ],
 )
-def test_a_bad_rollout_gets_one_fatal_naming_the_field_and_nobody_follows_it(
+def test_a_bad_rollout_gets_one_fatal_naming_the_field_and_nobody_moves(
     field: str, value: str, message: str
 ) -> None:
     fleet = converged()
@@ -291,7 +291,12 @@ def test_a_bad_rollout_gets_one_fatal_naming_the_field_and_nobody_follows_it(
     assert len(fatal) == 1
     assert fatal[0].message.startswith(f"spec.{field}"), fatal[0].message
     assert message in fatal[0].message
-    assert all("rollout" not in w.xr["status"] for w in fleet.worlds.values())
+    # Every cluster it selects says which rollout is refused and why, and keeps what it runs.
+    for world in fleet.worlds.values():
+        report = world.xr["status"]["rollout"]
+        assert (report["name"], report["phase"]) == ("lbc-3-5", "Held"), report
+        assert f"is refused (spec.{field}" in report["reason"], report
+        assert "applied" not in report
     assert all(_chart(fleet, k) == OLD for k in fleet.worlds)
 
 

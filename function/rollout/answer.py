@@ -19,6 +19,7 @@ Crossplane v2.4 does not watch required resources: the answer's TTL is the reque
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from function.rollout.spec import (
     RolloutSpec,
     RolloutStatus,
     Settled,
+    Strategy,
     bucket,
     revision,
     wave_name,
@@ -56,6 +58,8 @@ from function.upgrade import rfc3339, seconds_of
 
 # At most this many failed and skipped clusters are named in the status (the counts say all).
 LISTED = 20
+# How status.failed names a cluster not healthy when a progress deadline passed.
+_LATE = "not healthy within the progress deadline"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Member:
     phase: str  # what it reports for this revision ("" if nothing)
     reason: str
     healthy_since: str
+    # The other rollouts that select it too, as it reports them while it follows this one.
+    conflicts: tuple[str, ...] = ()
 
 
 def _members(
@@ -88,11 +94,26 @@ def _members(
             if p
         )
         report = structs.struct_at(obj, "status", "rollout")
-        ours = (
-            report is not None
-            and structs.str_at(report, "name") == me
-            and structs.str_at(report, "revision") == rev
-        )
+        followed = (structs.str_at(report, "name") or "") if report is not None else ""
+        conflicts: tuple[str, ...] = ()
+        if report is not None and "conflicts" in report.fields:
+            conflicts = tuple(v.string_value for v in report.fields["conflicts"].list_value.values)
+        if followed and followed != me and me in conflicts:
+            # It follows another rollout that selects it too (the first by name): it sits
+            # this one out, and says so.
+            out.append(
+                Member(
+                    name,
+                    labels,
+                    bucket(uid),
+                    SKIPPED,
+                    f"follows rollout {followed}, which selects it too (the first by name is "
+                    "followed)",
+                    "",
+                )
+            )
+            continue
+        ours = report is not None and followed == me and structs.str_at(report, "revision") == rev
         out.append(
             Member(
                 name,
@@ -103,6 +124,7 @@ def _members(
                 (structs.str_at(report, "healthySince") or "")
                 if ours and report is not None
                 else "",
+                conflicts if followed == me else (),
             )
         )
     return out
@@ -151,11 +173,14 @@ def _failed(
 
     Once the rollout stopped, those it named then stay named.
     """
+    before = {n.name: n.reason for n in last.failed}
     notes = _note(failed) + [
         ClusterNote(
             name=m.name,
-            reason=f"not healthy within the progress deadline ({deadline_s}s): "
-            f"{m.phase or 'not reported'}" + (f", {m.reason}" if m.reason else ""),
+            reason=before[m.name]
+            if before.get(m.name, "").startswith(_LATE)
+            else f"{_LATE} ({deadline_s}s): {m.phase or 'not reported'}"
+            + (f", {m.reason}" if m.reason else ""),
         )
         for m in late
     ]
@@ -167,10 +192,66 @@ def _failed(
     return notes[:LISTED]
 
 
+@dataclass(frozen=True)
+class _Standing:
+    """Where the members stand for this revision, as they report it."""
+
+    admitted: list[Member]  # in an open wave
+    skipped: list[Member]
+    failed: list[Member]  # admitted, their own upgrade failed
+    updated: list[Member]  # admitted, healthy at the target
+    soaked: list[Member]  # of them, for soakSeconds
+    late: list[Member]  # admitted, not healthy when a progress deadline passed
+    waiting: list[Member]  # admitted, none of the above
+
+
+def _stand(
+    strategy: Strategy,
+    opened: list[OpenWave],
+    last: RolloutStatus,
+    members: list[Member],
+    now: float,
+) -> _Standing:
+    admitted = [m for m in members if wave_of(strategy, opened, m.labels, m.place) is not None]
+    skipped = [m for m in members if m.phase == SKIPPED]
+    failed = [m for m in admitted if m.phase == FAILED]
+    updated = [m for m in admitted if m.phase == HEALTHY]
+    soaked = [m for m in updated if now - seconds_of(m.healthy_since) >= strategy.soak_seconds]
+    settled = {m.name for m in (*skipped, *failed, *updated)}
+    # Not healthy when a progress deadline passed: past the open wave's deadline now (the
+    # clock stops while paused), or named so in status.failed since (until healthy).
+    past = (
+        not strategy.paused
+        and now > seconds_of(last.progress_since) + strategy.progress_deadline_seconds
+    )
+    named_late = {n.name for n in last.failed if n.reason.startswith(_LATE)}
+    late = [m for m in admitted if m.name not in settled and (past or m.name in named_late)]
+    done = {m.name for m in (*skipped, *failed, *soaked, *late)}
+    waiting = [m for m in admitted if m.name not in done]
+    return _Standing(admitted, skipped, failed, updated, soaked, late, waiting)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the rollout does in this call."""
+
+    phase: Phase
+    message: str
+    progress_since: str
+    opened: list[OpenWave]
+    settled: Settled | None
+
+
 def decide(
     spec: RolloutSpec, last: RolloutStatus, members: list[Member], now: float
 ) -> RolloutStatus:
-    """The rollout's next status: the whole decision, a pure function of what it reads."""
+    """The rollout's next status: the whole decision, a pure function of what it reads.
+
+    A cluster admitted to an open wave is done when it has soaked healthy at the target, or
+    failed (its own upgrade, or not healthy when the progress deadline passed: then it counts
+    against ``maxFailures`` like a failure, and stays counted until it is healthy). Complete
+    needs every admitted cluster healthy at the target; once said for a target it stays.
+    """
     rev = revision(spec.target.model_dump(by_alias=True, mode="json"))
     strategy = spec.strategy
     if last.revision != rev:
@@ -187,87 +268,128 @@ def decide(
             progressSince=rfc3339(now),
             settled=last.settled,
         )
-    opened = list(last.waves)
-    in_waves = [(m, wave_of(strategy, opened, m.labels, m.place)) for m in members]
-    admitted = [m for m, w in in_waves if w is not None]
-    skipped = [m for m in members if m.phase == SKIPPED]
-    failed = [m for m in admitted if m.phase == FAILED]
-    updated = [m for m in admitted if m.phase == HEALTHY]
-    soaked = [m for m in updated if now - seconds_of(m.healthy_since) >= strategy.soak_seconds]
-    done = {m.name for m in (*skipped, *failed, *soaked)}
-    waiting = [m for m in admitted if m.name not in done]
-    counts = ClusterCount(
-        selected=len(members),
-        admitted=len(admitted),
-        updated=len(updated),
-        healthy=len(soaked),
-        failed=len(failed),
-        skipped=len(skipped),
-    )
-    phase = last.phase or Phase.PROGRESSING
-    progress_since = last.progress_since
-    message = last.message
-    late: list[Member] = []  # not healthy when the progress deadline stopped the rollout
-    if phase not in FAILED_PHASES:
-        deadline = seconds_of(progress_since) + strategy.progress_deadline_seconds
-        failing = ""
-        if len(failed) > strategy.max_failures:
-            failing = (
-                f"{len(failed)} clusters failed, more than maxFailures {strategy.max_failures}"
-            )
-        elif waiting and not strategy.paused and now > deadline:
-            failing = (
-                f"{opened[-1].name} is past its progress deadline "
-                f"({strategy.progress_deadline_seconds}s) with {len(waiting)} clusters not healthy"
-            )
-            late = waiting
-        if failing:
-            phase = Phase.ROLLED_BACK if strategy.on_failure is OnFailure.ROLLBACK else Phase.HALTED
-            message = failing + (
-                ": every admitted cluster goes back"
-                if phase is Phase.ROLLED_BACK
-                else ": no new cluster is admitted"
-            )
-        elif strategy.paused:
-            phase, progress_since = Phase.PAUSED, rfc3339(now)
-            message = "paused: no new wave opens"
-        elif waiting:
-            phase = Phase.PROGRESSING
-            shown = ", ".join(f"{m.name} ({m.phase or 'not reported'})" for m in waiting[:5])
-            more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
-            message = f"{opened[-1].name}: waiting for {shown}{more}"
-        else:
-            opened_waves = sum(1 for w in opened if w.name != CANARY)
-            if opened_waves < len(strategy.waves):
-                opened.append(_open(spec, opened_waves, opened, members, now))
-                phase, progress_since = Phase.PROGRESSING, rfc3339(now)
-                message = f"{opened[-1].name} opened"
-                # The new wave's members count from now on.
-                counts = counts.model_copy(
-                    update={
-                        "admitted": sum(
-                            1 for m in members if wave_of(strategy, opened, m.labels, m.place)
-                        )
-                    }
-                )
-            else:
-                phase = Phase.COMPLETE
-                message = f"every wave is healthy: {len(soaked)} clusters at the target"
-                last = last.model_copy(
-                    update={"settled": Settled(revision=rev, target=spec.target)}
-                )
+    standing = _stand(strategy, list(last.waves), last, members, now)
+    step = _step(spec, last, standing, members, now=now, rev=rev)
     return RolloutStatus(
         revision=rev,
-        phase=phase,
-        wave=opened[-1].name if opened else "",
-        waves=opened,
-        progressSince=progress_since,
-        counts=counts,
-        failed=_failed(failed, late, last, strategy.progress_deadline_seconds),
-        skipped=_note(skipped),
-        message=message,
-        settled=last.settled,
+        phase=step.phase,
+        wave=step.opened[-1].name if step.opened else "",
+        waves=step.opened,
+        progressSince=step.progress_since,
+        counts=ClusterCount(
+            selected=len(members),
+            # A wave opened in this call counts its members from now on.
+            admitted=sum(1 for m in members if wave_of(strategy, step.opened, m.labels, m.place)),
+            updated=len(standing.updated),
+            healthy=len(standing.soaked),
+            failed=len(standing.failed) + len(standing.late),
+            skipped=len(standing.skipped),
+        ),
+        failed=_failed(standing.failed, standing.late, last, strategy.progress_deadline_seconds),
+        skipped=_note(standing.skipped),
+        conflicts=[
+            ClusterNote(
+                name=m.name,
+                reason="also selected by "
+                + ", ".join(f"rollout {c}" for c in m.conflicts)
+                + ", which skip it (the first by name is followed)",
+            )
+            for m in members
+            if m.conflicts
+        ][:LISTED],
+        message=step.message,
+        settled=step.settled,
     )
+
+
+def _step(
+    spec: RolloutSpec,
+    last: RolloutStatus,
+    standing: _Standing,
+    members: list[Member],
+    *,
+    now: float,
+    rev: str,
+) -> _Step:
+    strategy = spec.strategy
+    opened = list(last.waves)
+    phase = last.phase or Phase.PROGRESSING
+    kept = _Step(phase, last.message, last.progress_since, opened, last.settled)
+    if phase is Phase.COMPLETE or phase in FAILED_PHASES:
+        # Said for this target once, it stays said: a cluster that fails later is counted,
+        # and a failed rollout starts again only with a new target.
+        return kept
+    failing = _failing(strategy, standing, opened[-1].name)
+    if failing:
+        phase = Phase.ROLLED_BACK if strategy.on_failure is OnFailure.ROLLBACK else Phase.HALTED
+        back = phase is Phase.ROLLED_BACK
+        why = ": every admitted cluster goes back" if back else ": no new cluster is admitted"
+        return dataclasses.replace(kept, phase=phase, message=failing + why)
+    if strategy.paused:
+        return dataclasses.replace(
+            kept,
+            phase=Phase.PAUSED,
+            progress_since=rfc3339(now),
+            message="paused: no new wave opens",
+        )
+    if standing.waiting:
+        return dataclasses.replace(
+            kept,
+            phase=Phase.PROGRESSING,
+            message=f"{opened[-1].name}: waiting for {_listed(standing.waiting)}",
+        )
+    opened_waves = sum(1 for w in opened if w.name != CANARY)
+    if opened_waves < len(strategy.waves):
+        opened.append(_open(spec, opened_waves, opened, members, now))
+        return _Step(
+            Phase.PROGRESSING, f"{opened[-1].name} opened", rfc3339(now), opened, last.settled
+        )
+    return _last_wave_done(spec, kept, standing, rev)
+
+
+def _last_wave_done(spec: RolloutSpec, kept: _Step, standing: _Standing, rev: str) -> _Step:
+    """Every wave opened and none waits: Complete, if every admitted cluster is healthy."""
+    at_target = {m.name for m in (*standing.skipped, *standing.soaked)}
+    unhealthy = [m for m in standing.admitted if m.name not in at_target]
+    if unhealthy:
+        # Every wave passed within maxFailures, but not every admitted cluster runs the
+        # target healthy: not Complete (a person retries them, or changes the target).
+        return dataclasses.replace(
+            kept,
+            phase=Phase.PROGRESSING,
+            message=f"every wave opened, within maxFailures {spec.strategy.max_failures}; not "
+            f"complete while these are not healthy at the target: {_listed(unhealthy)}",
+        )
+    also = f" ({len(standing.skipped)} skipped)" if standing.skipped else ""
+    return dataclasses.replace(
+        kept,
+        phase=Phase.COMPLETE,
+        message=f"every wave is healthy: {len(standing.soaked)} clusters at the target{also}",
+        settled=Settled(revision=rev, target=spec.target),
+    )
+
+
+def _failing(strategy: Strategy, standing: _Standing, wave: str) -> str:
+    """Why the rollout fails now ("" if it does not): more failures than it tolerates."""
+    failed, late = standing.failed, standing.late
+    if len(failed) + len(late) <= strategy.max_failures:
+        return ""
+    parts = [f"{len(failed)} clusters failed"] if failed else []
+    if late:
+        parts.append(
+            f"{len(late)} not healthy within the progress deadline "
+            f"({strategy.progress_deadline_seconds}s) of {wave}"
+        )
+    return " and ".join(parts) + f", more than maxFailures {strategy.max_failures}"
+
+
+def _listed(members: list[Member]) -> str:
+    shown = ", ".join(_shown(m) for m in members[:5])
+    return shown + (f" and {len(members) - 5} more" if len(members) > 5 else "")
+
+
+def _shown(m: Member) -> str:
+    return f"{m.name} ({m.phase or 'not reported'}" + (f": {m.reason}" if m.reason else "") + ")"
 
 
 def requirements(req: fnv1.RunFunctionRequest, spec: RolloutSpec, step: StepInput) -> Requirements:

@@ -184,14 +184,19 @@ class Strategy(StrictModel):
         le=604800,
         description=(
             "How long a wave may take, from its opening (or the rollout's resumption), until "
-            "every cluster in it is healthy and soaked; past it the rollout fails (onFailure)."
+            "every cluster in it is healthy and soaked; past it each admitted cluster not "
+            "healthy counts as failed (maxFailures), an unreachable one included."
         ),
     )
     max_failures: int = Field(
         default=0,
         alias="maxFailures",
         ge=0,
-        description="Failed clusters tolerated; one more and the rollout fails (onFailure).",
+        description=(
+            "Failed clusters tolerated (their own upgrade failed, or not healthy within the "
+            "progress deadline); one more and the rollout fails (onFailure). A rollout with "
+            "tolerated failures opens its next waves but is not Complete until they are healthy."
+        ),
     )
     on_failure: OnFailure = Field(
         default=OnFailure.HALT,
@@ -257,10 +262,18 @@ class ClusterCount(StrictModel):
     admitted: int = Field(default=0, description="Of them, in an open wave.")
     updated: int = Field(default=0, description="Reporting the target revision running.")
     healthy: int = Field(default=0, description="Running it healthy for soakSeconds.")
-    failed: int = Field(default=0, description="Whose upgrade to the target failed.")
+    failed: int = Field(
+        default=0,
+        description=(
+            "Whose upgrade to the target failed, or not healthy within the progress deadline."
+        ),
+    )
     skipped: int = Field(
         default=0,
-        description="Paused in Cluster API, being deleted, unreachable or pinned.",
+        description=(
+            "Paused in Cluster API, being deleted, unreachable before admission, pinned, or "
+            "following another rollout."
+        ),
     )
 
 
@@ -300,7 +313,20 @@ class RolloutStatus(StrictModel):
             "stopped the rollout; named until a new target starts again."
         ),
     )
-    skipped: list[ClusterNote] = Field(default_factory=list, description="Skipped clusters.")
+    skipped: list[ClusterNote] = Field(
+        default_factory=list,
+        description=(
+            "Skipped clusters: paused, being deleted, unreachable before they were admitted, "
+            "pinned, or following another rollout that selects them too."
+        ),
+    )
+    conflicts: list[ClusterNote] = Field(
+        default_factory=list,
+        description=(
+            "Clusters this rollout moves that other rollouts select too (those skip them): "
+            "narrow one of the selectors."
+        ),
+    )
     message: str = Field(default="", description="What the rollout waits for, or why it failed.")
     settled: Settled | None = Field(
         default=None,

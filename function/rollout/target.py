@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from function.rollout.spec import TargetPlugin
+
 
 class PluginReport(Protocol):
     """What the report reads of a ``status.plugins[]`` entry (``plan.PluginStatus``)."""
@@ -48,6 +50,8 @@ UPGRADING = "Upgrading"
 HEALTHY = "Healthy"
 FAILED = "Failed"
 ROLLED_BACK = "RolledBack"
+# Kept where it is: its rollout is refused or no longer selects it (``reason`` says which).
+HELD = "Held"
 # Phases of a cluster that applies the target (Halted keeps them where they are).
 APPLYING = frozenset({UPGRADING, HEALTHY, FAILED})
 # A day-two phase that says the target did not run healthy on this cluster.
@@ -75,12 +79,32 @@ class RolloutTarget:
     under_way: bool = False
     # The current target applies (admitted, or skipped or halted while it already ran it).
     applies: bool = False
+    # What a rollout makes this cluster run in this call, add-on by add-on (the target, the
+    # last settled one, or what it kept): reported as ``applied`` so that the next call can
+    # keep it when no rollout says otherwise (refused, deleted, no longer selecting it).
+    applied: tuple[TargetPlugin, ...] = ()
+    held: str = ""  # why it keeps ``applied`` with no rollout moving it ("" if not held)
+    # Other rollouts that select this cluster too (the first by name is followed).
+    conflicts: tuple[str, ...] = ()
+    note: str = ""  # said beside an admitted cluster's phase (e.g. unreachable)
 
     def report(self, plugins: Iterable[PluginReport]) -> dict[str, Any]:
         """``status.rollout``: which rollout and revision, the wave, the phase, healthy since."""
-        out: dict[str, Any] = {"name": self.name, "revision": self.revision}
+        out: dict[str, Any] = {"name": self.name}
+        if self.revision:
+            out["revision"] = self.revision
         if self.wave:
             out["wave"] = self.wave
+        if self.applied:
+            out["applied"] = [
+                p.model_dump(by_alias=True, mode="json", exclude_defaults=True)
+                for p in self.applied
+            ]
+        if self.conflicts:
+            out["conflicts"] = list(self.conflicts)
+        if self.held:
+            applying = {"applying": True} if self.applies else {}
+            return {**out, "phase": HELD, "reason": self.held, **applying}
         if self.skipped:
             applying = {"applying": True} if self.applies else {}
             return {**out, "phase": SKIPPED, "reason": self.skipped, **applying}
@@ -89,15 +113,21 @@ class RolloutTarget:
         if not self.applies:
             why = {"reason": self.why_not} if self.why_not else {}
             return {**out, "phase": NOT_ADMITTED, **why}
+        return {**out, **self._applying(plugins)}
+
+    def _applying(self, plugins: Iterable[PluginReport]) -> dict[str, Any]:
+        """The phase (and reason or healthy since) of a cluster that applies the target."""
         moving = [p for p in plugins if p.name in self.plugins]
         failed = next((p for p in moving if p.upgrade in _DAY_TWO_FAILED), None)
         if failed is not None:
-            return {**out, "phase": FAILED, "reason": f"{failed.name}: {failed.message}"}
+            return {"phase": FAILED, "reason": f"{failed.name}: {failed.message}"}
+        note = {"reason": self.note} if self.note else {}
         healthy = [
             p
             for p in moving
             if p.version == self.plugins[p.name] and p.upgrade == "Healthy" and not p.target_version
         ]
         if moving and len(healthy) == len(moving):
-            return {**out, "phase": HEALTHY, "healthySince": max(p.upgrade_since for p in healthy)}
-        return {**out, "phase": UPGRADING}
+            since = max(p.upgrade_since for p in healthy)
+            return {**note, "phase": HEALTHY, "healthySince": since}
+        return {**note, "phase": UPGRADING}
