@@ -35,6 +35,7 @@ from function.graph import (
     Wait,
 )
 from function.registry import ADDONS, USAGES
+from function.rollout.target import HELD
 from function.spec import OnFailure
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
@@ -585,6 +586,23 @@ def _transitions(xr: struct_pb2.Struct, plan: Plan) -> None:
             continue
         if cond.event:
             plan.results.append(ResultOut(cond.event, cond.reason, cond.message))
+    _rollout_transition(xr, plan)
+
+
+def _rollout_transition(xr: struct_pb2.Struct, plan: Plan) -> None:
+    """An event when the XR starts keeping what a rollout gave it (``Held``), or stops."""
+    now = plan.status.get("rollout", {})
+    held = now.get("phase") == HELD
+    was = structs.str_at(xr, "status", "rollout", "phase") == HELD
+    if held and not was:
+        plan.results.append(ResultOut("Warning", "RolloutHeld", now["reason"]))
+    elif was and not held:
+        message = (
+            f"no longer held: follows rollout {now['name']} ({now.get('phase')})"
+            if now
+            else "no longer held: the XR and the Composition name what it runs"
+        )
+        plan.results.append(ResultOut("Normal", "RolloutReleased", message))
 
 
 def _protect_cluster(ctx: CallContext, plan: Plan, hold_new: Wait | None, composite: str) -> None:

@@ -86,6 +86,7 @@ class _Tally:
         self.groups: dict[str, dict[str, list[str]]] = {
             "failed": defaultdict(list),
             "skipped": defaultdict(list),
+            "held": defaultdict(list),
         }
         self.rows: list[str] = []
 
@@ -98,10 +99,11 @@ class _Tally:
                 (str(entry.get("version") or "-"), _state(entry))
             ] += 1
         report = status.get("rollout") or {}
-        wave = report.get("wave") or ("not admitted" if report else "no rollout")
-        self.waves[wave] += 1
         phase = report.get("phase", "")
-        group = {"Failed": "failed", "Skipped": "skipped"}.get(phase)
+        held = "held" if phase == "Held" else "not admitted"
+        wave = report.get("wave") or (held if report else "no rollout")
+        self.waves[wave] += 1
+        group = {"Failed": "failed", "Skipped": "skipped", "Held": "held"}.get(phase)
         if group is not None:
             self.groups[group][str(report.get("reason", ""))].append(key)
         if self.every:

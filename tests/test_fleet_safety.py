@@ -122,6 +122,14 @@ def test_a_complete_rollout_deleted_moves_no_cluster_until_the_composition_names
     fleet.delete_rollout("lbc-3-5")
     history = fleet.run(10)
     assert moved(history, dict.fromkeys(fleet.worlds, NEW)) == []
+    # Said once, as an event, when it starts keeping what the rollout gave it.
+    events = [
+        (r.severity, r.reason)
+        for rec in fleet.worlds["team-05/demo"].history[-10:]
+        if rec.response is not None
+        for r in rec.response.results
+    ]
+    assert events.count((fnv1.SEVERITY_WARNING, "RolloutHeld")) == 1, events
     for key in fleet.worlds:
         got = report(fleet, key)
         assert got["phase"] == "Held", got
@@ -144,6 +152,8 @@ def test_a_complete_rollout_deleted_moves_no_cluster_until_the_composition_names
     assert moved(history, dict.fromkeys(fleet.worlds, NEW)) == []
     for key, world in fleet.worlds.items():
         assert "rollout" not in world.xr["status"], key
+        reasons = [r.reason for rec in world.history[-4:] if rec.response for r in rec.response.results]
+        assert reasons.count("RolloutReleased") == 1, (key, reasons)
         lbc_policy_now = world.composed["lbc-policy"].obj["spec"]["forProvider"]["policy"]
         assert lbc_policy_now == lbc_policy(AWS, NEW)
 

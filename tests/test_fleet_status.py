@@ -79,6 +79,14 @@ def test_it_reads_what_the_function_wrote_on_a_fleet_in_memory(tmp_path: Path) -
     assert lines[0].startswith("rollout lbc-3-5: Progressing, canary open; 3 selected, 1 admitted")
     assert "by wave: canary: 1, not admitted: 2" in lines, result.output
 
+    # The rollout deleted: the canary keeps the target it took, and says so.
+    fleet.delete_rollout("lbc-3-5")
+    fleet.run(2)
+    path.write_text(yaml.safe_dump_all([w.xr for w in fleet.worlds.values()]))
+    lines = CliRunner().invoke(cli, ["fleet", "status", str(path)]).output.splitlines()
+    assert "by wave: held: 1, no rollout: 2" in lines, lines
+    assert "held (1):" in lines, lines
+
 
 def test_files_or_a_kubeconfig_one_of_the_two() -> None:
     result = CliRunner().invoke(cli, ["fleet", "status"])

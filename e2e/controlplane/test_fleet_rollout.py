@@ -33,6 +33,8 @@ from e2e.controlplane.fleet import (
 )
 from e2e.controlplane.harness import ROOT, ControlPlane
 from e2e.controlplane.workload import ChartServer, HelmHistory
+from e2e.faults.netcut import NetCut
+from function.rollout.spec import OpenWave, RolloutSpec, bucket, wave_of
 from function_tools import fleet_status
 
 LBC = "aws-load-balancer-controller"
@@ -49,6 +51,18 @@ def workloads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedEtcdCl
     with running_control_plane(tmp_path_factory.mktemp("fleet"), SharedEtcdClusters, count=len(CLUSTERS)) as cluster:
         assert isinstance(cluster, SharedEtcdClusters)
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def paths(workloads: SharedEtcdClusters) -> Iterator[list[NetCut]]:
+    """The way provider-helm reaches each member's API server: one can be cut."""
+    out = []
+    for server, _ in workloads.members:
+        host, port = server.removeprefix("https://").rsplit(":", 1)
+        out.append(NetCut(host, int(port)).start())
+    yield out
+    for cut in out:
+        cut.stop()
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +93,9 @@ def fleet_api(control_plane: ControlPlane, helm_providers: Providers, chart_serv
     control_plane.remove_api("v2")
 
 
-def _composite(cp: ControlPlane, providers: Providers, api: dict, workloads: SharedEtcdClusters, index: int, tmp: Path) -> Composite:  # noqa: PLR0917
+def _composite(cp: ControlPlane, providers: Providers, api: dict, workloads: SharedEtcdClusters, index: int, tmp: Path, path: NetCut) -> Composite:  # noqa: PLR0917
     namespace, name = CLUSTERS[index]
-    kubeconfig = workloads.kubeconfig_of(index, name)
+    kubeconfig = workloads.inline_kubeconfig(name, server=f"https://{path.address}")
     c = Composite(cp, providers, "selfhosted-full", api, namespace, workload_kubeconfig=kubeconfig)
     c.capi = ClusterAPI(cp.kube, renamed_required("selfhosted-full", name, tmp / name), namespace, kubeconfig)
     labels = {"fleet": "e2e", **({"ring": "canary"} if f"{namespace}/{name}" == CANARY else {})}
@@ -104,10 +118,11 @@ def fleet(  # noqa: PLR0917 - pytest passes fixtures by position
     fleet_api: dict,
     workloads: SharedEtcdClusters,
     members: list[Member],
+    paths: list[NetCut],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> list[Composite]:
     tmp = tmp_path_factory.mktemp("fleet-required")
-    composites = [_composite(control_plane, helm_providers, fleet_api, workloads, i, tmp) for i in range(len(CLUSTERS))]
+    composites = [_composite(control_plane, helm_providers, fleet_api, workloads, i, tmp, paths[i]) for i in range(len(CLUSTERS))]
     for c in composites:
         c.create(staged=False)
     for c in composites:
@@ -115,12 +130,12 @@ def fleet(  # noqa: PLR0917 - pytest passes fixtures by position
     return composites
 
 
-def _rollout(version: str, on_failure: str) -> dict[str, Any]:
+def _rollout(version: str, on_failure: str, name: str = ROLLOUT) -> dict[str, Any]:
     xrd = yaml.safe_load((ROOT / "apis" / "v2" / "rollout-definition.yaml").read_text())
     return {
         "apiVersion": f"{xrd['spec']['group']}/{xrd['spec']['versions'][0]['name']}",
         "kind": "ClusterPluginRollout",
-        "metadata": {"name": ROLLOUT},
+        "metadata": {"name": name},
         "spec": {
             "selector": {"matchLabels": {"fleet": "e2e"}},
             "target": {"plugins": [{"name": LBC, "version": version}]},
@@ -150,12 +165,12 @@ def timeline(control_plane: ControlPlane, fleet: list[Composite], members: list[
     recorder.stop()
 
 
-def _wait_phase(cp: ControlPlane, phase: str, timeout_s: float) -> dict[str, Any]:
+def _wait_phase(cp: ControlPlane, phase: str, timeout_s: float, name: str = ROLLOUT) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
-        got = cp.kube.get("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", ROLLOUT)
+        got = cp.kube.get("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", name)
         return got if (got or {}).get("status", {}).get("phase") == phase else None
 
-    return cp.kube.wait_for(reached, f"rollout {phase}", timeout_s=timeout_s, interval_s=0.5)
+    return cp.kube.wait_for(reached, f"rollout {name} {phase}", timeout_s=timeout_s, interval_s=0.5)
 
 
 def _wave_index(sample: Sample) -> int:
@@ -214,3 +229,139 @@ def test_a_rollout_moves_the_fleet_in_waves_to_complete_and_a_real_failure_rolls
     print(f"\nfleet status:\n{text}")
     assert text.splitlines()[0].startswith(f"rollout {ROLLOUT}: RolledBack, canary open; 6 selected")
     assert "6 ClusterPlugins" in text
+
+
+REFUSED = "3.6.0"  # the XRD's pattern takes it; the function knows no IAM policy for it
+
+
+def _reports(cp: ControlPlane, fleet_api: dict) -> dict[str, dict[str, Any]]:
+    ref = fleet_api["spec"]["compositeTypeRef"]
+    return {
+        f"{x['metadata']['namespace']}/{x['metadata']['name']}": x.get("status", {}).get("rollout", {})
+        for x in cp.kube.list(ref["apiVersion"], ref["kind"])
+    }
+
+
+def _wait_held(cp: ControlPlane, fleet_api: dict, because: str, timeout_s: float) -> dict[str, dict[str, Any]]:
+    def held() -> dict[str, dict[str, Any]] | None:
+        got = _reports(cp, fleet_api)
+        ok = len(got) == len(CLUSTERS) and all(r.get("phase") == "Held" and because in r.get("reason", "") for r in got.values())
+        return got if ok else None
+
+    return cp.kube.wait_for(held, f"every ClusterPlugin Held ({because})", timeout_s=timeout_s, interval_s=0.5)
+
+
+def test_a_refused_edit_and_a_deleted_rollout_move_no_release(
+    control_plane: ControlPlane, fleet: list[Composite], members: list[Member], timeline: ClusterTimeline, fleet_api: dict
+) -> None:
+    """Issue 48 on real provider-helm, after the test above (every cluster on 3.5.0, the
+    Composition on 1.12.0): a version the function refuses, then a Complete rollout deleted;
+    in neither does any Release change (its spec's chart nor helm's revision)."""
+    before = {k: v[:2] for k, v in timeline.snapshot()[-1].clusters.items()}
+    assert {chart for chart, _ in before.values()} == {NEW}, before
+    mark = len(timeline.snapshot())
+    control_plane.kube.apply(_rollout(REFUSED, "Rollback"))
+    try:
+        reports = _wait_held(control_plane, fleet_api, f"rollout {ROLLOUT} is refused (spec.target.plugins[0].version", 120)
+        time.sleep(15)  # several TTLs of every ClusterPlugin
+    finally:
+        print(f"\nrollout edited to {REFUSED}:\n{timeline.text()}")
+    assert all(r["applied"] == [{"name": LBC, "version": NEW}] for r in reports.values()), reports
+    for s in timeline.snapshot()[mark:]:
+        assert {k: v[:2] for k, v in s.clusters.items()} == before, s
+
+    # Fixed to 3.5.0: a new target every cluster already runs, Complete; then deleted.
+    control_plane.kube.apply(_rollout(NEW, "Rollback"))
+    _wait_phase(control_plane, "Complete", timeout_s=240)
+    control_plane.kube.delete("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", ROLLOUT)
+    try:
+        _wait_held(control_plane, fleet_api, f"rollout {ROLLOUT} no longer selects this ClusterPlugin", 120)
+        time.sleep(15)
+    finally:
+        print(f"\nrollout fixed, Complete, deleted:\n{timeline.text()}")
+    for s in timeline.snapshot()[mark:]:
+        assert {k: v[:2] for k, v in s.clusters.items()} == before, s
+    for c in fleet:
+        c.wait_ready(timeout_s=60)
+
+
+def test_an_admitted_cluster_cut_off_holds_its_wave_and_the_rollout_never_says_complete(
+    control_plane: ControlPlane,
+    fleet: list[Composite],
+    members: list[Member],
+    paths: list[NetCut],
+    fleet_api: dict,
+) -> None:
+    """Issue 48's false Complete, on real provider-helm: after the tests above every cluster
+    keeps 3.5.0 (Held); a new rollout moves the fleet to 1.12.0 (the Composition's version),
+    and as its wave-1 opens one of its clusters' workload API is cut, past the progress
+    deadline. The rollout halts (maxFailures 0), never says Complete, and no cluster outside
+    the canary and wave-1 moves; back, the cluster finishes its own move; still Halted."""
+    name = "lbc-back"
+    back = _rollout(OLD, "Halt", name=name)
+    back["spec"]["strategy"]["progressDeadlineSeconds"] = 60
+    recorder = ClusterTimeline(
+        control_plane.kube,
+        ("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", name),
+        ("helm.m.crossplane.io/v1beta1", "Release"),
+        (fleet_api["spec"]["compositeTypeRef"]["apiVersion"], fleet_api["spec"]["compositeTypeRef"]["kind"]),
+        members,
+    )
+    recorder.start()
+    try:
+        control_plane.kube.apply(back)
+
+        def wave_1() -> dict[str, Any] | None:
+            got = control_plane.kube.get("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", name) or {}
+            return got if got.get("status", {}).get("wave") == "wave-1" else None
+
+        opened = control_plane.kube.wait_for(wave_1, f"{name}: wave-1 open", timeout_s=240, interval_s=0.2)
+        spec = RolloutSpec.model_validate(opened["spec"])
+        waves = [OpenWave.model_validate(w) for w in opened["status"]["waves"]]
+        ref = fleet_api["spec"]["compositeTypeRef"]
+        xrs = {f"{x['metadata']['namespace']}/{x['metadata']['name']}": x for x in control_plane.kube.list(ref["apiVersion"], ref["kind"])}
+        in_wave_1 = [
+            key
+            for key, x in sorted(xrs.items())
+            if wave_of(spec.strategy, waves, x["metadata"].get("labels", {}), bucket(x["metadata"]["uid"])) == "wave-1"
+        ]
+        still = recorder.snapshot()[-1].clusters
+        # The one of wave-1 whose Release has not moved yet (the others may have seen the wave).
+        cut_key = next((k for k in in_wave_1 if still[k][0] == NEW), None)
+        assert cut_key is not None, (in_wave_1, still)
+        index = [f"{ns}/{n}" for ns, n in CLUSTERS].index(cut_key)
+        paths[index].cut()
+        cut_at = time.monotonic()
+        halted = _wait_phase(control_plane, "Halted", timeout_s=240, name=name)
+        cut_for = time.monotonic() - cut_at
+        report = _reports(control_plane, fleet_api)[cut_key]
+        time.sleep(10)
+        paths[index].restore()
+
+        def moved_back() -> bool:
+            return recorder.snapshot()[-1].clusters[cut_key][0] == OLD
+
+        control_plane.kube.wait_for(moved_back, f"{cut_key}'s Release on {OLD}", timeout_s=120)
+        time.sleep(15)
+    finally:
+        for cut in paths:
+            if cut.is_cut:
+                cut.restore()
+        recorder.stop()
+        print(f"\n{name} ({cut_key if 'cut_key' in locals() else '?'} cut as wave-1 opened):\n{recorder.text()}")
+    print(f"cut for {cut_for:.0f}s before Halted: {halted['status']['message']}; its report then: {report}")
+    samples = recorder.snapshot()
+    assert "Complete" not in {s.phase for s in samples}
+    assert samples[-1].phase == "Halted"
+    assert report.get("phase") != "Skipped", report
+    assert cut_key in {f["name"] for f in halted["status"]["failed"]}, halted["status"]
+    assert cut_key not in {f["name"] for f in halted["status"].get("skipped", [])}
+    moving = {cut_key, *in_wave_1, CANARY}
+    for key in samples[-1].clusters:
+        charts = [s.clusters[key][0] for s in samples]
+        if key not in moving:
+            assert set(charts) == {NEW}, (key, charts)  # never admitted: never moved
+        else:
+            # Only ever from 3.5.0 to 1.12.0, never back.
+            assert charts == sorted(charts, key=lambda v: v != NEW), (key, charts)
+    control_plane.kube.delete("clusterplugin.dev/v1alpha1", "ClusterPluginRollout", name)
