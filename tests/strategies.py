@@ -894,6 +894,12 @@ def converged_request(name: str = "selfhosted-full", steps: int = 8) -> fnv1.Run
 
 def tagged_requests(calls: int, junk: int) -> list[bytes]:
     """``calls`` requests that each take a few ms and log their tag when the function runs."""
+    make = tagged_request(junk)
+    return [make(i) for i in range(calls)]
+
+
+def tagged_request(junk: int) -> Callable[[int], bytes]:
+    """What makes request ``i`` of ``tagged_requests`` (one at a time: a burst of unknown length)."""
     req = converged_request("selfhosted-full", 8)
     for i in range(junk):
         req.observed.resources[f"junk-{i}"].resource.update(
@@ -901,10 +907,9 @@ def tagged_requests(calls: int, junk: int) -> list[bytes]:
         )
     # Stale recorded plugin phases: every call emits transition results, logged with its tag.
     req.observed.composite.resource.fields["status"].struct_value.Clear()
-    out = []
-    for i in range(calls):
-        r = fnv1.RunFunctionRequest()
-        r.CopyFrom(req)
-        r.meta.tag = f"call-{i}"
-        out.append(r.SerializeToString())
-    return out
+
+    def make(i: int) -> bytes:
+        req.meta.tag = f"call-{i}"
+        return req.SerializeToString()
+
+    return make
