@@ -34,10 +34,12 @@ from function.addons import pod_identity
 from function.addons.oidc_issuer import DistributionMode
 from function.cluster import ClusterFacts, Lookup, Requirements
 from function.compat import minor_of
+from function.context import CallContext, issuer_url, own_struct
 from function.flavour import XR_TYPES, Flavour
-from function.graph import Addon, CallContext, Observed, PortNeed, issuer_url, own_struct
+from function.following.target import RolloutTarget
+from function.graph import Addon, PortNeed
 from function.names import OIDC_PROVIDER_URL_MAX, CloudFrontIssuer, Names, partition_of
-from function.rollout.target import RolloutTarget
+from function.observed import Observed
 from function.spec import ClusterPluginSpec, parse_input, parse_spec
 from function.spec_base import CROSSPLANE_SPEC_FIELDS, REGION, InvalidInputError, IRSAMode
 from function.step_input import ChartSource, StepInput
@@ -73,7 +75,7 @@ class Accepted:
     ) -> CallContext:
         """What the add-ons' builders and gates read during one call (``now``: its clock).
 
-        ``rollout``: the rollout that selects the XR (``function/rollout/pull.py``);
+        ``rollout``: the rollout that selects the XR (``function/following/pull.py``);
         ``struct_for``: where a Release is built (``CallContext.struct_for``).
         """
         return CallContext(

@@ -15,11 +15,11 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function import accept, cluster, structs
-from function.graph import Observed
+from function.following import pull
+from function.observed import Observed
 from function.plan import Plan, build_plan
 from function.respond import DesiredSlots, write
 from function.rollout import answer as rollout
-from function.rollout import pull
 from function.rollout.spec import KIND as ROLLOUT_KIND
 from function.spec_base import InvalidInputError
 

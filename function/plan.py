@@ -24,18 +24,11 @@ from google.protobuf import struct_pb2
 
 from function import deletion, registry, structs, upgrade
 from function.cluster import REQ_FINALIZING, REQ_USAGES, REQ_USER_OF, Selector
+from function.context import CallContext
 from function.flavour import USAGE_COMPOSITE_LABEL, StructWriter
-from function.graph import (
-    CallContext,
-    ConditionOut,
-    MissingFactError,
-    Node,
-    Plugin,
-    Readiness,
-    Wait,
-)
+from function.following.target import HELD
+from function.graph import ConditionOut, MissingFactError, Node, Plugin, Readiness, Wait
 from function.registry import ADDONS, USAGES
-from function.rollout.target import HELD
 from function.spec import OnFailure
 
 HELM_PROVIDER_CONFIG = "helm-provider-config"
@@ -757,7 +750,9 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
         ctx.flavour,
     )
     if assessment.orphan_releases:
-        ctx.flavour = dataclasses.replace(ctx.flavour, orphan_releases=True)
+        ctx = dataclasses.replace(
+            ctx, flavour=dataclasses.replace(ctx.flavour, orphan_releases=True)
+        )
     if assessment.withdraw_all:
         return _withdrawal_plan(ctx, xr, assessment)
     hold_new = None
@@ -770,11 +765,15 @@ def build_plan(ctx: CallContext, xr: struct_pb2.Struct) -> Plan:
 
     plan = Plan()
     plugins = [p for p in (b(ctx) for b in PLUGIN_BUILDERS) if p is not None]
-    ctx.readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
-    ctx.readiness[HELM_PROVIDER_CONFIG] = Readiness.EXISTS
+    readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
+    readiness[HELM_PROVIDER_CONFIG] = Readiness.EXISTS
+    ctx = dataclasses.replace(ctx, readiness=readiness)
     upgrades = _upgrades(ctx, plugins, xr, assessment)
-    ctx.chart_versions = {n: d.versions for n, d in upgrades.decisions.items()}
-    ctx.moving = upgrades.moving
+    ctx = dataclasses.replace(
+        ctx,
+        chart_versions={n: d.versions for n, d in upgrades.decisions.items()},
+        moving=upgrades.moving,
+    )
 
     emit = _Emitter(ctx, plan, hold_new, upgrades)
     emit.node(Node(HELM_PROVIDER_CONFIG, _helm_provider_config, readiness=Readiness.EXISTS))

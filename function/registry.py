@@ -11,10 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from function.addons import calico, ccm, csi, external_dns, iam, irsa, lbc, pod_identity, vpc_cni
-from function.addons.helm import owned_problems
-from function.addons.security_groups import report as security_groups_report
-from function.graph import Addon, CallContext, PortNeed, Usage, Wait
+from function.addons import calico, ccm, csi, external_dns, irsa, lbc, pod_identity, vpc_cni
+from function.addons.kit import iam
+from function.addons.kit.helm import owned_problems
+from function.addons.kit.security_groups import report as security_groups_report
+from function.context import CallContext
+from function.graph import Addon, PortNeed, Usage, Wait
 from function.spec import ClusterPluginSpec
 from function.spec_base import spec_attributes
 

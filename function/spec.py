@@ -34,8 +34,8 @@ from function.addons.ccm import AWSCloudProviderSpec
 from function.addons.csi import EBSSpec, EFSSpec
 from function.addons.external_dns import ExternalDNSSpec
 from function.addons.irsa import IRSASpec
+from function.addons.kit.security_groups import SecurityGroupsSpec
 from function.addons.lbc import LBCSpec
-from function.addons.security_groups import SecurityGroupsSpec
 from function.addons.vpc_cni import AmazonVPCSpec
 from function.spec_base import (
     CROSSPLANE_SPEC_FIELDS,

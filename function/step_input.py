@@ -288,7 +288,7 @@ INPUT_API_VERSION = f"{INPUT_GROUP}/{INPUT_VERSION}"
 
 
 class Fleet(StrictModel):
-    """Rolling out across a fleet (README, "Rolling out across a fleet")."""
+    """Rolling out across a fleet (docs/fleet.md, "Rolling out across a fleet")."""
 
     rollouts: bool = Field(
         default=False,

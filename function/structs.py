@@ -191,3 +191,11 @@ def _extend(lst: struct_pb2.ListValue, items: list[Any]) -> None:
                 sub.Clear()  # marks the empty map as set
         else:
             lst.append(value)
+
+
+def labels_of(obj: struct_pb2.Struct) -> dict[str, str]:
+    """An object's metadata.labels as a dict."""
+    found = struct_at(obj, "metadata", "labels")
+    if found is None:
+        return {}
+    return {k: v.string_value for k, v in found.fields.items()}

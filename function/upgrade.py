@@ -8,7 +8,7 @@ call by call:
 - **What runs.** The Release's spec (``spec.forProvider``: chart and values) is what the
   function wrote last; ``status.atProvider.version`` the chart helm deployed. It runs its
   spec when it is ready for its current generation with that chart deployed
-  (``graph.release_ready``): a Ready=True of the revision before is stale.
+  (``observed.release_ready``): a Ready=True of the revision before is stale.
 - **A move** is a change of the spec the add-on's declaration now builds (a new chart
   version, new values, a new fact such as the control plane's minor). Moves are serialized
   per XR: one starts only while no other Release is in flight (Upgrading or RollingBack,
@@ -40,7 +40,6 @@ the call's ``now`` (``CallContext.now``): the plan stays a pure function of the 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -52,16 +51,10 @@ from typing import Any, NamedTuple
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.graph import (
-    ROLLBACK_LIMIT,
-    CallContext,
-    MissingFactError,
-    Node,
-    Plugin,
-    Readiness,
-    Wait,
-    fields_at,
-)
+from function.clock import rfc3339, seconds_of
+from function.context import CallContext
+from function.graph import ROLLBACK_LIMIT, MissingFactError, Node, Plugin, Readiness, Wait
+from function.observed import fields_at
 
 # Whether an add-on's IAM grants what some chart versions of its release need (registry.IAM_CHECKS).
 IAMCheck = Callable[[CallContext, tuple[str, ...]], Wait | None]
@@ -169,21 +162,6 @@ def parse_record(text: str) -> Record | None:
         return None
 
 
-def rfc3339(seconds: float) -> str:
-    """``seconds`` since the epoch as Kubernetes writes times."""
-    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
-
-
-def seconds_of(text: str) -> float:
-    """An RFC 3339 time as seconds since the epoch (0 if it is not one)."""
-    try:
-        return dt.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return 0.0
-
-
 def digest(for_provider: struct_pb2.Struct) -> str:
     """A Release spec's identity: what a failed or an in-flight spec is known by."""
     data = for_provider.SerializeToString(deterministic=True)
@@ -199,9 +177,9 @@ class Policy:
     rollback: bool  # onFailure: Rollback (else Hold)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Decision:
-    """What one call does with one observed Release."""
+    """What one call does with one observed Release (made by name: ``_keep``, ``_move``...)."""
 
     node: str
     # The Release to emit, the chosen spec.forProvider and the record in it; None: the
@@ -263,7 +241,7 @@ class _Observed(NamedTuple):
     obj: struct_pb2.Struct
     for_provider: struct_pb2.Struct
     record: Record | None
-    runs_spec: bool  # graph.release_ready: it runs the spec it holds
+    runs_spec: bool  # observed.release_ready: it runs the spec it holds
     running: str | None  # status.atProvider.version
     problem: str  # the provider's Synced=False message, if any
     install_tries: str  # what it carries in INSTALL_TRY_ANNOTATION (see _install_tries)
@@ -287,9 +265,7 @@ class _Release(NamedTuple):
 def _read(obj: struct_pb2.Struct, *, runs_spec: bool, running: str | None) -> _Observed:
     fields = obj.fields
     annotations = _annotations(fields)
-    text = (
-        annotations[RECORD_ANNOTATION].string_value if RECORD_ANNOTATION in annotations else ""
-    )
+    text = annotations[RECORD_ANNOTATION].string_value if RECORD_ANNOTATION in annotations else ""
     spec = fields_at(fields, "spec")
     fp = spec["forProvider"].struct_value if "forProvider" in spec else struct_pb2.Struct()
     problem = "" if runs_spec else _synced_problem(obj)
@@ -463,114 +439,320 @@ def _failure(call: _Call, version: str, target: str, seen: _Observed) -> Failure
     return Failure(version, target, why, call.retry)
 
 
+# --- the decisions, by name: what one call does with one Release ----------------------------
+# Each writes the Release's body (``_emit``: a spec and the memory annotations) and says what
+# the planner and the XR's status need of it. ``last_healthy`` is the annotation's JSON (None:
+# none, the spec held is the last healthy one); ``versions`` what its IAM must grant now.
+
+
+def _keep(
+    release: _Release,
+    for_provider: struct_pb2.Struct,
+    record: Record | None,
+    *,
+    last_healthy_version: str | None,
+    versions: tuple[str, ...],
+    last_healthy: str | None = None,
+    message: str = "",
+) -> Decision:
+    """It keeps ``for_provider``, settled: converged, settled now, held, or not tried again."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, for_provider, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=None,
+        last_healthy_version=last_healthy_version,
+        message=message,
+        versions=versions,
+    )
+
+
+def _apply(release: _Release, record: Record, version: str) -> Decision:
+    """The spec built now, written at once: nothing helm installs changes (nothing to soak)."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.want, record, None),
+        record=record,
+        running=release.seen.running,
+        target_version=None,
+        last_healthy_version=version,
+        message=_settled_message(record, version),
+        versions=(version,),
+        moved=True,
+    )
+
+
+def _install(release: _Release, message: str, versions: tuple[str, ...]) -> Decision:
+    """Never healthy yet: the spec built now, as on day one, with no memory."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.want, None, None),
+        record=None,
+        running=release.seen.running,
+        target_version=None,
+        last_healthy_version=None,
+        message=message,
+        versions=versions,
+    )
+
+
+def _move(
+    release: _Release,
+    record: Record,
+    *,
+    last_healthy_version: str,
+    last_healthy: str,
+    message: str,
+    versions: tuple[str, ...],
+    due_in: float,
+) -> Decision:
+    """A move starts: the spec built now, ``record`` Upgrading to it."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.want, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=record.version,
+        last_healthy_version=last_healthy_version,
+        message=message,
+        versions=versions,
+        due_in=due_in,
+        moved=True,
+    )
+
+
+def _on_its_way(
+    release: _Release,
+    record: Record,
+    *,
+    target: str,
+    last_healthy_version: str,
+    last_healthy: str | None,
+    message: str,
+    versions: tuple[str, ...],
+    due_in: float,
+) -> Decision:
+    """A move in flight goes on: the spec it holds, not running yet or soaking."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.seen.for_provider, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=target,
+        last_healthy_version=last_healthy_version,
+        message=message,
+        versions=versions,
+        due_in=due_in,
+    )
+
+
+def _roll_back(
+    release: _Release,
+    to: struct_pb2.Struct,
+    record: Record,
+    *,
+    last_healthy: str | None,
+    message: str,
+    versions: tuple[str, ...],
+    due_in: float,
+) -> Decision:
+    """The move failed: the last healthy spec ``to`` is written back, ``record`` RollingBack."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, to, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=record.version,
+        last_healthy_version=record.version,
+        message=message,
+        versions=versions,
+        due_in=due_in,
+        moved=True,
+    )
+
+
+def _hold(
+    release: _Release,
+    record: Record,
+    *,
+    last_healthy_version: str,
+    last_healthy: str | None,
+    versions: tuple[str, ...],
+) -> Decision:
+    """The move failed and is held (onFailure: Hold, or the way back failed too)."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.seen.for_provider, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=record.version,
+        last_healthy_version=last_healthy_version,
+        message=_settled_message(record, last_healthy_version),
+        versions=versions,
+    )
+
+
+def _wait(
+    release: _Release,
+    record: Record,
+    wait: Wait,
+    *,
+    version: str,
+    to: str,
+    last_healthy_version: str,
+    last_healthy: str | None,
+    versions: tuple[str, ...],
+) -> Decision:
+    """A move from chart ``version`` to ``to`` is wanted and waits: it keeps what it holds."""
+    return Decision(
+        node=release.node.name,
+        body=_emit(release, release.seen.for_provider, record, last_healthy),
+        record=record,
+        running=release.seen.running,
+        target_version=to,
+        last_healthy_version=last_healthy_version,
+        wait=wait,
+        message=f"{release.node.name}: upgrade {_change(version, to)} waits: "
+        f"{wait.message or wait.waiting_for}",
+        versions=versions,
+    )
+
+
+# --- the machine: a Release's phase and what decides its next step -------------------------
+#
+# | phase (record)      | decided by      | what may happen in this call                         |
+# |---------------------|-----------------|------------------------------------------------------|
+# | none, not running   | _first_seen     | installed as on day one (_install)                   |
+# | none, running       | _first_seen     | recorded Healthy, then as Healthy                    |
+# | Healthy, RolledBack | _steady         | keep; apply (nothing helm runs); wait; move          |
+# | Failed              | _steady         | keep (held), unless the spec built now is a new one  |
+# | Upgrading           | _in_flight      | soak; settle Healthy; roll back or hold; go on       |
+# |                     |                 | (or, asked for another spec: _steady, from its lh)   |
+# | RollingBack         | _in_flight      | soak; settle RolledBack; hold; go on                 |
+
+
 def _in_flight(call: _Call, release: _Release, record: Record) -> Decision:
     """A Release moving (Upgrading) or moving back (RollingBack) to the spec it holds."""
-    node, seen = release.node, release.seen
-    now, policy = call.now, call.policy
-    fp = seen.for_provider
-    version = _chart_version(fp)
-    last_healthy = structs.str_at(seen.obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
-    lh = _last_healthy(seen.obj)
-    lh_version = _chart_version(lh) if lh is not None else version
-    failed_version = record.failed.version if record.failed is not None else ""
-    wanted_versions = tuple(
-        v for v in dict.fromkeys((lh_version, version, record.version, failed_version)) if v
-    )
-    started = seconds_of(record.since)
+    seen = release.seen
+    moving = _Moving.of(release, record)
     if seen.runs_spec:
-        running_since = record.running_since or rfc3339(now)
-        soaked_at = seconds_of(running_since) + policy.soak_seconds
-        if now >= soaked_at:
-            if record.phase is Phase.UPGRADING:
-                settled = Record(Phase.HEALTHY, rfc3339(now), version, record.target)
-            else:
-                settled = Record(
-                    Phase.ROLLED_BACK, rfc3339(now), version, record.target, failed=record.failed
-                )
-            # Healthy: this spec is the last healthy one; the IAM narrows to its version.
-            return Decision(
-                node.name,
-                _emit(release, fp, settled, None),
-                settled,
-                seen.running,
-                None,
-                version,
-                message=_settled_message(settled),
-                versions=(version,),
-            )
-        soaking = Record(
-            record.phase,
-            record.since,
-            record.version,
-            record.target,
-            running_since,
-            record.failed,
-        )
-        return Decision(
-            node.name,
-            _emit(release, fp, soaking, last_healthy),
-            soaking,
-            seen.running,
-            version,
-            lh_version,
-            message=f"{node.name}: {_moving(record, lh_version)} runs; soaking for "
-            f"{policy.soak_seconds}s (until {rfc3339(soaked_at)})",
-            versions=wanted_versions,
-            due_in=soaked_at - now,
-        )
-    deadline = started + policy.progress_deadline_seconds
-    if seen.failed or now >= deadline:
-        failure = _failure(call, record.version, record.target, seen)
-        if record.phase is Phase.UPGRADING and policy.rollback and lh is not None:
-            back = Record(Phase.ROLLING_BACK, rfc3339(now), lh_version, digest(lh), failed=failure)
-            return Decision(
-                node.name,
-                _emit(release, lh, back, last_healthy),
-                back,
-                seen.running,
-                lh_version,
-                lh_version,
-                message=f"{node.name}: {version} failed ({failure.message}); rolling back to "
-                f"{lh_version}",
-                moved=True,
-                # The chart first, then the policy: the failed version's permissions stay
-                # until the rollback runs.
-                versions=wanted_versions,
-                due_in=policy.progress_deadline_seconds,
-            )
-        if record.phase is Phase.ROLLING_BACK and record.failed is not None:
-            failure = Failure(
-                record.failed.version,
-                record.failed.target,
-                f"{record.failed.message}; the rollback to {record.version} did not run "
-                f"either: {failure.message}",
-                call.retry,
-            )
-        held = Record(Phase.FAILED, rfc3339(now), record.version, record.target, failed=failure)
-        call.held = node.name
-        return Decision(
-            node.name,
-            _emit(release, fp, held, last_healthy),
-            held,
-            seen.running,
-            record.version,
-            lh_version,
-            message=_settled_message(held, lh_version),
-            versions=wanted_versions,
-        )
+        return _soaked_or_soaking(call, release, record, moving)
+    deadline = seconds_of(record.since) + call.policy.progress_deadline_seconds
+    if seen.failed or call.now >= deadline:
+        return _failed(call, release, record, moving)
     detail = f": {seen.problem}" if seen.problem else ""
     waiting = Record(record.phase, record.since, record.version, record.target, "", record.failed)
-    return Decision(
-        node.name,
-        _emit(release, fp, waiting, last_healthy),
+    return _on_its_way(
+        release,
         waiting,
-        seen.running,
-        record.version,
-        lh_version,
-        message=f"{node.name}: {_moving(record, lh_version)} not running yet{detail} "
-        f"(deadline {rfc3339(deadline)})",
-        versions=wanted_versions,
-        due_in=deadline - now,
+        target=record.version,
+        last_healthy_version=moving.lh_version,
+        last_healthy=moving.last_healthy,
+        message=f"{release.node.name}: {_moving(record, moving.lh_version)} not running yet"
+        f"{detail} (deadline {rfc3339(deadline)})",
+        versions=moving.versions,
+        due_in=deadline - call.now,
+    )
+
+
+class _Moving(NamedTuple):
+    """What a move in flight reads of its Release."""
+
+    version: str  # the chart version of the spec it holds
+    last_healthy: str | None  # the annotation
+    lh: struct_pb2.Struct | None  # the last healthy spec
+    lh_version: str
+    versions: tuple[str, ...]  # the chart versions its IAM must grant meanwhile
+
+    @classmethod
+    def of(cls, release: _Release, record: Record) -> _Moving:
+        obj = release.seen.obj
+        version = _chart_version(release.seen.for_provider)
+        last_healthy = structs.str_at(obj, "metadata", "annotations", LAST_HEALTHY_ANNOTATION)
+        lh = _last_healthy(obj)
+        lh_version = _chart_version(lh) if lh is not None else version
+        failed_version = record.failed.version if record.failed is not None else ""
+        versions = tuple(
+            v for v in dict.fromkeys((lh_version, version, record.version, failed_version)) if v
+        )
+        return cls(version, last_healthy, lh, lh_version, versions)
+
+
+def _soaked_or_soaking(call: _Call, release: _Release, record: Record, moving: _Moving) -> Decision:
+    """It runs the spec it moved to: settled once soaked (Healthy, or RolledBack), else soaking."""
+    running_since = record.running_since or rfc3339(call.now)
+    soaked_at = seconds_of(running_since) + call.policy.soak_seconds
+    version = moving.version
+    if call.now >= soaked_at:
+        if record.phase is Phase.UPGRADING:
+            settled = Record(Phase.HEALTHY, rfc3339(call.now), version, record.target)
+        else:
+            settled = Record(
+                Phase.ROLLED_BACK, rfc3339(call.now), version, record.target, failed=record.failed
+            )
+        # This spec is the last healthy one now; the IAM narrows to its version.
+        return _keep(
+            release,
+            release.seen.for_provider,
+            settled,
+            last_healthy_version=version,
+            versions=(version,),
+            message=_settled_message(settled),
+        )
+    soaking = Record(
+        record.phase, record.since, record.version, record.target, running_since, record.failed
+    )
+    return _on_its_way(
+        release,
+        soaking,
+        target=version,
+        last_healthy_version=moving.lh_version,
+        last_healthy=moving.last_healthy,
+        message=f"{release.node.name}: {_moving(record, moving.lh_version)} runs; soaking for "
+        f"{call.policy.soak_seconds}s (until {rfc3339(soaked_at)})",
+        versions=moving.versions,
+        due_in=soaked_at - call.now,
+    )
+
+
+def _failed(call: _Call, release: _Release, record: Record, moving: _Moving) -> Decision:
+    """Helm left it failed, or the deadline passed: roll back (Rollback), else hold."""
+    node, seen = release.node, release.seen
+    failure = _failure(call, record.version, record.target, seen)
+    lh_version = moving.lh_version
+    if record.phase is Phase.UPGRADING and call.policy.rollback and moving.lh is not None:
+        back = Record(
+            Phase.ROLLING_BACK, rfc3339(call.now), lh_version, digest(moving.lh), failed=failure
+        )
+        return _roll_back(
+            release,
+            moving.lh,
+            back,
+            last_healthy=moving.last_healthy,
+            message=f"{node.name}: {moving.version} failed ({failure.message}); rolling back "
+            f"to {lh_version}",
+            # The chart first, then the policy: the failed version's permissions stay
+            # until the rollback runs.
+            versions=moving.versions,
+            due_in=call.policy.progress_deadline_seconds,
+        )
+    if record.phase is Phase.ROLLING_BACK and record.failed is not None:
+        failure = Failure(
+            record.failed.version,
+            record.failed.target,
+            f"{record.failed.message}; the rollback to {record.version} did not run "
+            f"either: {failure.message}",
+            call.retry,
+        )
+    held = Record(Phase.FAILED, rfc3339(call.now), record.version, record.target, failed=failure)
+    call.held = node.name
+    return _hold(
+        release,
+        held,
+        last_healthy_version=lh_version,
+        last_healthy=moving.last_healthy,
+        versions=moving.versions,
     )
 
 
@@ -621,17 +803,15 @@ def _gates_wait(ctx: CallContext, node: Node) -> Wait | None:
     return None
 
 
-def _steady(
-    call: _Call, release: _Release, record: Record, *, retarget: bool = False
-) -> Decision:
+def _steady(call: _Call, release: _Release, record: Record, *, retarget: bool = False) -> Decision:
     """A Release not in flight: keep its spec, or start moving to the one built now.
 
     ``retarget``: it was in flight to another spec, which is not healthy: its last healthy
     spec stays the one to come back to.
     """
-    node, seen, iam = release.node, release.seen, release.iam
+    seen = release.seen
     fp = seen.for_provider
-    version = call.ctx.observed.chart_version(node.name) or ""  # _chart_version(fp), read once
+    version = call.ctx.observed.chart_version(release.node.name) or ""  # _chart_version(fp)
     want = release.want
     # The steady state: it holds the spec built now, equal (one comparison in C); emitted as
     # the spec built now, it is annotated in place, no copy.
@@ -640,17 +820,7 @@ def _steady(
         return _kept(release, want if same else fp, record, version)
     if _helm_holds(fp, want) and record.phase is not Phase.FAILED:
         # Nothing helm installs changes (e.g. waitTimeout's form): applied at once, as is.
-        return Decision(
-            node.name,
-            _emit(release, want, record, None),
-            record,
-            seen.running,
-            None,
-            version,
-            message=_settled_message(record, version),
-            versions=(version,),
-            moved=True,
-        )
+        return _apply(release, record, version)
     target = digest(want)
     to = _chart_version(want)
     # A failed spec, or one still moved to, is not a healthy one.
@@ -662,27 +832,53 @@ def _steady(
     )
     lh_version = _lh_version(seen, version) if keep_lh else version
     if not _retried(call, record.failed, target):
-        return Decision(
-            node.name,
-            _emit(release, fp, record, last_healthy),
+        return _keep(
+            release,
+            fp,
             record,
-            seen.running,
-            None,
-            lh_version,
+            last_healthy=last_healthy,
+            last_healthy_version=lh_version,
             message=_settled_message(record, lh_version),
             versions=_steady_versions(seen, record, version),
         )
+    versions = tuple(dict.fromkeys((lh_version, version, to)))
+    wait = _why_not_now(call, release, versions)
+    if wait is not None:
+        return _wait(
+            release,
+            record,
+            wait,
+            version=version,
+            to=to,
+            last_healthy_version=lh_version,
+            last_healthy=last_healthy,
+            versions=versions,
+        )
+    call.in_flight = release.node.name
+    return _move(
+        release,
+        Record(Phase.UPGRADING, rfc3339(call.now), to, target),
+        last_healthy_version=lh_version,
+        # What ran healthy before, to come back to: the spec it holds (unless that failed).
+        last_healthy=last_healthy or _to_json(fp, want),
+        message=f"{release.node.name}: upgrade {_change(version, to)} started",
+        versions=versions,
+        due_in=call.policy.progress_deadline_seconds,
+    )
+
+
+def _why_not_now(call: _Call, release: _Release, versions: tuple[str, ...]) -> Wait | None:
+    """Why a wanted move may not start in this call, in the order a person should read it."""
     wait = call.may_move
-    if wait is None and call.held and call.held != node.name:
+    if wait is None and call.held and call.held != release.node.name:
         wait = Wait(
             f"{call.held} held",
             f"the upgrade of {call.held} failed and is held (onFailure: Hold): no other "
             "chart moves until a person acts",
             reason="upgrade held",
         )
-    versions = tuple(dict.fromkeys((lh_version, version, to)))
-    if wait is None and iam is not None:
-        wait = iam(call.ctx, versions)
+    if wait is None and release.iam is not None:
+        wait = release.iam(call.ctx, versions)
     if wait is None and call.in_flight:
         wait = Wait(
             f"{call.in_flight} upgrade",
@@ -690,36 +886,8 @@ def _steady(
             reason="another upgrade",
         )
     if wait is None:
-        wait = _gates_wait(call.ctx, node)
-    if wait is not None:
-        return Decision(
-            node.name,
-            _emit(release, fp, record, last_healthy),
-            record,
-            seen.running,
-            to,
-            lh_version,
-            wait=wait,
-            message=f"{node.name}: upgrade {_change(version, to)} waits: "
-            f"{wait.message or wait.waiting_for}",
-            versions=versions,
-        )
-    call.in_flight = node.name
-    moving = Record(Phase.UPGRADING, rfc3339(call.now), to, target)
-    # What ran healthy before, to come back to: the spec it holds (unless that failed).
-    lh_json = last_healthy or _to_json(fp, want)
-    return Decision(
-        node.name,
-        _emit(release, want, moving, lh_json),
-        moving,
-        seen.running,
-        to,
-        lh_version,
-        message=f"{node.name}: upgrade {_change(version, to)} started",
-        versions=versions,
-        due_in=call.policy.progress_deadline_seconds,
-        moved=True,
-    )
+        wait = _gates_wait(call.ctx, release.node)
+    return wait
 
 
 def _kept(
@@ -730,27 +898,19 @@ def _kept(
         # The spec asks again for what runs (a person took the failed version back out):
         # nothing failed is wanted any more.
         record = Record(Phase.HEALTHY, record.since, record.version, record.target)
-    node, seen = release.node, release.seen
     if record.failed is None and record.phase is not Phase.FAILED:
         # Converged (nearly every call): nothing failed to say, its version's permissions alone.
-        return Decision(
-            node.name,
-            _emit(release, for_provider, record, None),
-            record,
-            seen.running,
-            None,
-            version,
-            versions=(version,),
+        return _keep(
+            release, for_provider, record, last_healthy_version=version, versions=(version,)
         )
     # Only a held Release reads its last healthy spec (the converged one has none).
+    seen = release.seen
     lh_version = _lh_version(seen, version) if record.phase is Phase.FAILED else version
-    return Decision(
-        node.name,
-        _emit(release, for_provider, record, None),
+    return _keep(
+        release,
+        for_provider,
         record,
-        seen.running,
-        None,
-        lh_version,
+        last_healthy_version=lh_version,
         message=_settled_message(record, lh_version),
         versions=_steady_versions(seen, record, version),
     )
@@ -840,7 +1000,8 @@ def _retargeted(call: _Call, release: _Release, record: Record) -> bool:
 
 
 def _decide_one(call: _Call, release: _Release) -> Decision:
-    node, desired, seen = release.node, release.desired, release.seen
+    """The machine's one step for one Release (see the table above ``_in_flight``)."""
+    node, seen = release.node, release.seen
     record = seen.record
     if record is not None and record.phase is Phase.HEALTHY and seen.for_provider == release.want:
         # Converged (nearly every call): it holds the spec built now, equal (as ``_steady``
@@ -863,32 +1024,30 @@ def _decide_one(call: _Call, release: _Release) -> Decision:
             call.held = ""
         return decision
     if record is None:
-        fp = seen.for_provider
-        if not seen.runs_spec:
-            # Installing (never healthy yet): the spec the function builds, as on day one.
-            detail = f"{node.name}: {seen.problem}" if seen.problem else ""
-            if seen.install_tries and not detail:
-                detail = _install_failed(node.name, int(seen.install_tries))
-            return Decision(
-                node.name,
-                _emit(release, release.want, None, None),
-                None,
-                seen.running,
-                None,
-                None,
-                message=detail,
-                versions=tuple(
-                    dict.fromkeys((_chart_version(fp), _chart_version(_for_provider(desired))))
-                ),
-            )
-        # Healthy since the provider said Ready (its condition's lastTransitionTime), so the
-        # record does not depend on when it is first written.
-        since = _ready_since(seen.obj) or rfc3339(call.now)
-        # Known by the spec as the function wrote it, as a move's target is (not with what
-        # the API server and provider-helm added to it).
-        record = Record(
-            Phase.HEALTHY, since, _chart_version(fp), digest(_as_written(fp, desired))
+        return _first_seen(call, release)
+    return _steady(call, release, record)
+
+
+def _first_seen(call: _Call, release: _Release) -> Decision:
+    """A Release with no record: installing (never healthy yet), or recorded Healthy now."""
+    node, desired, seen = release.node, release.desired, release.seen
+    fp = seen.for_provider
+    if not seen.runs_spec:
+        # Installing (never healthy yet): the spec the function builds, as on day one.
+        detail = f"{node.name}: {seen.problem}" if seen.problem else ""
+        if seen.install_tries and not detail:
+            detail = _install_failed(node.name, int(seen.install_tries))
+        return _install(
+            release,
+            detail,
+            tuple(dict.fromkeys((_chart_version(fp), _chart_version(_for_provider(desired))))),
         )
+    # Healthy since the provider said Ready (its condition's lastTransitionTime), so the
+    # record does not depend on when it is first written.
+    since = _ready_since(seen.obj) or rfc3339(call.now)
+    # Known by the spec as the function wrote it, as a move's target is (not with what the
+    # API server and provider-helm added to it).
+    record = Record(Phase.HEALTHY, since, _chart_version(fp), digest(_as_written(fp, desired)))
     return _steady(call, release, record)
 
 

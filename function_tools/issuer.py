@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from function import accept, registry
-from function.graph import external_issuer, issuer_url
+from function.context import external_issuer, issuer_url
 from function.spec_base import InvalidInputError, IRSAMode
 from function_tools import resolve
 
@@ -97,7 +97,7 @@ class Issuer:
         if hosting["distribution"] == "Shared":
             shared = (
                 f"The platform team's CloudFront distribution for {hosting['domain']} serves the "
-                f"private bucket {hosting['bucket']} (README, IRSA): the function writes this "
+                f"private bucket {hosting['bucket']} (docs/issuer.md): the function writes this "
                 f"cluster's documents under {hosting['path']}/ there, and nothing else."
             )
             return [shared]

@@ -45,7 +45,7 @@ from typing import Any
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.addons import cni
+from function.addons.kit import cni
 from function.plan import CHARTS_HEALTHY, CLUSTER_DELETING
 from function_tools.in_memory_crossplane import InMemoryCrossplane, orphaned
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from crossplane.function import resource
 
-from function import fn, graph
+from function import fn, observed
 from function.plan import USAGE_ENDS
 from function_tools import simulate
 from function_tools.in_memory_crossplane import InMemoryCrossplane, Reconcile, orphaned
@@ -593,7 +593,7 @@ def test_the_finalizing_list_does_not_follow_the_maps_order(monkeypatch: pytest.
     lists = []
     for reverse in (False, True):
         if reverse:
-            monkeypatch.setattr(graph.Observed, "names", lambda self: list(self.resources)[::-1])
+            monkeypatch.setattr(observed.Observed, "names", lambda self: list(self.resources)[::-1])
         world = _ready_world(scenario)
         world.delete_cluster()
         world.run(2)

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.following.target import FAILED, ROLLED_BACK, UPGRADING
 from function.names import PARTITIONS
 from function.policies import lbc_policy
 from function.rollout import answer
 from function.rollout.spec import OpenWave, RolloutSpec, RolloutStatus, bucket, wave_of
-from function.rollout.target import FAILED, ROLLED_BACK, UPGRADING
 from function_tools.fleet import Fleet, Sample
 from tests.kube_schema import xr_status_errors
 from tests.scenarios import example

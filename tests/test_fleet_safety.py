@@ -14,11 +14,11 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.clock import rfc3339
+from function.following.target import FAILED, HEALTHY, UPGRADING
 from function.policies import lbc_policy
 from function.rollout import answer
 from function.rollout.spec import OpenWave, RolloutSpec, RolloutStatus, bucket, wave_of
-from function.rollout.target import FAILED, HEALTHY, UPGRADING
-from function.upgrade import rfc3339
 from function_tools.fleet import Fleet, Sample
 from tests.kube_schema import xr_status_errors
 from tests.test_fleet import (

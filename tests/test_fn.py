@@ -548,3 +548,24 @@ def test_a_release_built_in_the_response_but_not_planned_is_not_desired() -> Non
     plan.resources.append(DesiredResource("kept", True, {"kind": "Release"}))
     respond.write(rsp, plan, parse_input(None), fnv1.TARGET_COMPOSITE, slots)
     assert set(rsp.desired.resources) == {"kept"}
+
+
+def test_a_calls_context_cannot_be_written_once_built() -> None:
+    """Each stage hands the next a new context (plan.build_plan): none is written into."""
+    import dataclasses
+
+    from function import accept, cluster
+    from function.graph import Readiness
+    from function.observed import Observed
+
+    xr, required = example("selfhosted-full")
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    accepted = accept.accept_xr(req.observed.composite.resource, req.input)
+    asked = cluster.requirements(req, accepted.lookup)
+    ctx = accepted.context(cluster.read_facts(req, accepted.lookup, asked), Observed(req.observed.resources))
+    for name, value in (("readiness", {"x": Readiness.EXISTS}), ("chart_versions", {}), ("moving", frozenset())):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(ctx, name, value)
+    later = dataclasses.replace(ctx, moving=frozenset({"lbc-release"}))
+    assert (ctx.moving, later.moving) == (frozenset(), frozenset({"lbc-release"}))

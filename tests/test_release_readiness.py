@@ -18,8 +18,9 @@ import pytest
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import graph, upgrade
-from function.graph import Observed, Readiness
+from function import observed, upgrade
+from function.graph import Readiness
+from function.observed import Observed
 from tests.scenarios import by_name, staged_control_plane
 
 # cni-release as provider-helm v1.3.0 left it after the upgrade in the e2e run: its
@@ -158,7 +159,7 @@ def test_the_xr_is_ready_while_provider_helm_has_not_polled_the_upgraded_cni() -
 
 def test_without_the_rule_the_xr_waits_for_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     """The InMemoryCrossplane models the poll: read as Ready=True only, the same play never gets Ready."""
-    monkeypatch.setattr(graph, "upgraded_release", lambda _obj: False)
+    monkeypatch.setattr(observed, "upgraded_release", lambda _obj: False)
     world = _play()
     assert world.composed["cni-release"].upgraded_at is not None
     assert not world.xr_ready

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from function import graph, structs, upgrade
+from function import observed, structs, upgrade
 from function_tools.in_memory_crossplane import InMemoryCrossplane
 from tests.scenarios import by_name, staged_control_plane
 
@@ -157,10 +157,10 @@ def test_trusting_a_stale_ready_would_create_it_on_the_old_revision(
 ) -> None:
     """The same play, read as before day two (Ready=True whatever its generation and chart)."""
     monkeypatch.setattr(
-        graph,
+        observed,
         "release_ready",
         lambda obj, *_: structs.condition_status(obj, "Ready") == "True"
-        or graph.upgraded_release(obj),
+        or observed.upgraded_release(obj),
     )
     world, _ = _adding_ebs_while_the_cni_moves()
     assert _cni_deployed_when_ebs_appeared(world) == OLD

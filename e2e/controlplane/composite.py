@@ -14,7 +14,7 @@ from crossplane.function import resource
 from e2e.controlplane import model
 from e2e.controlplane.driver import ClusterAPI, Providers, composed_kinds
 from e2e.controlplane.harness import ROOT, ControlPlane
-from function.graph import upgraded_release
+from function.observed import upgraded_release
 from function_tools import issuer
 
 COMPOSITE_LABEL = "crossplane.io/composite"

@@ -9,11 +9,11 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from function import compat
-from function.addons import cni, security_groups
-from function.addons.helm import chart_version, release
+from function.addons.kit import cni, security_groups
+from function.addons.kit.helm import chart_version, release
+from function.context import CallContext
 from function.graph import (
     Addon,
-    CallContext,
     MissingFactError,
     Plugin,
     PortNeed,

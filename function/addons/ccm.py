@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from function.addons.helm import chart_version, release
+from function.addons.kit.helm import chart_version, release
 from function.cluster import EKS_CONTROL_PLANE, ClusterFacts, minor_of
+from function.context import CallContext
 from function.graph import (
     Addon,
-    CallContext,
     ConditionOut,
     MissingFactError,
     Plugin,

@@ -6,9 +6,10 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from function.addons import cni, iam
-from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, CallContext, Plugin, Release, Role, Usage
+from function.addons.kit import cni, iam
+from function.addons.kit.helm import IRSA_ANNOTATION, release, service_account
+from function.context import CallContext
+from function.graph import Addon, Plugin, Release, Role, Usage
 from function.spec_base import FILE_SYSTEM_ID, AddonSpec
 
 # --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------

@@ -18,9 +18,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from function.addons import cni, iam
-from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import Addon, CallContext, CustomPolicy, Plugin, Release, Role, Usage
+from function.addons.kit import cni, iam
+from function.addons.kit.helm import IRSA_ANNOTATION, release, service_account
+from function.context import CallContext
+from function.graph import Addon, CustomPolicy, Plugin, Release, Role, Usage
 from function.names import Names, bounded
 from function.policies import external_dns_policy
 from function.spec_base import (

@@ -16,13 +16,14 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from function.addons import ccm, cni, oidc_issuer
-from function.addons.helm import release
+from function.addons import ccm, oidc_issuer
+from function.addons.kit import cni
+from function.addons.kit.helm import release
 from function.addons.oidc_issuer import CloudFrontSpec, DistributionMode, HostingSpec
 from function.cluster import KUBEADM_CONTROL_PLANE, control_plane_name
+from function.context import CallContext, external_issuer, issuer_url
 from function.graph import (
     Addon,
-    CallContext,
     ConditionOut,
     MissingFactError,
     Plugin,
@@ -31,8 +32,6 @@ from function.graph import (
     Wait,
     after,
     eks_or_unread,
-    external_issuer,
-    issuer_url,
 )
 from function.policies import STS_AUDIENCE
 from function.spec_base import (

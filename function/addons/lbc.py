@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.addons import cni, iam
-from function.addons.helm import IRSA_ANNOTATION, release, service_account
+from function.addons.kit import cni, iam
+from function.addons.kit.helm import IRSA_ANNOTATION, release, service_account
+from function.context import CallContext
 from function.graph import (
     CONTROL_PLANE,
     NODE,
     Addon,
-    CallContext,
     CustomPolicy,
     MissingFactError,
     Plugin,

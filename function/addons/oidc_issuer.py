@@ -37,7 +37,8 @@ from google.protobuf import struct_pb2
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from function import public_keys, structs
-from function.graph import CallContext, Gate, MissingFactError, Node, Usage, Wait, after
+from function.context import CallContext
+from function.graph import Gate, MissingFactError, Node, Usage, Wait, after
 from function.names import CLOUDFRONT_HOSTED_ZONE_ID, CLUSTER_TAG
 from function.policies import (
     DISCOVERY_KEY,

@@ -22,12 +22,12 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from function import structs
-from function.addons.helm import release
+from function.addons.kit.helm import release
 from function.cluster import ClusterFacts
+from function.context import CallContext
 from function.graph import (
     ASSOCIATION_SUFFIX,
     Addon,
-    CallContext,
     MissingFactError,
     Plugin,
     Release,

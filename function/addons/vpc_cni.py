@@ -5,18 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from function import structs
-from function.addons import cni, iam, irsa, security_groups
-from function.addons.helm import IRSA_ANNOTATION, release, service_account
-from function.graph import (
-    Addon,
-    CallContext,
-    Plugin,
-    PortNeed,
-    Release,
-    Role,
-    Usage,
-    control_plane_initialized,
-)
+from function.addons import irsa
+from function.addons.kit import cni, iam, security_groups
+from function.addons.kit.helm import IRSA_ANNOTATION, release, service_account
+from function.context import CallContext
+from function.graph import Addon, Plugin, PortNeed, Release, Role, Usage, control_plane_initialized
 from function.spec_base import AddonSpec
 
 # --- its place in the ClusterPlugin spec (function/spec.py frames it) ----------------

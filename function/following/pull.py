@@ -41,6 +41,7 @@ from function import structs
 from function.accept import Accepted
 from function.cluster import ClusterFacts, Requirements, Selector, required_objects
 from function.flavour import XR_GROUP, XR_VERSION
+from function.following.target import APPLYING, HELD, SKIPPED, RolloutTarget
 from function.rollout.accept import TARGETABLE, parse
 from function.rollout.spec import (
     KIND,
@@ -54,7 +55,6 @@ from function.rollout.spec import (
     revision,
     wave_of,
 )
-from function.rollout.target import APPLYING, HELD, SKIPPED, RolloutTarget
 from function.spec import ClusterPluginSpec
 from function.spec_base import InvalidInputError
 from function.step_input import Charts
@@ -68,14 +68,6 @@ _UNREACHABLE = re.compile(
     r"context deadline exceeded|TLS handshake timeout",
     re.IGNORECASE,
 )
-
-
-def labels_of(obj: struct_pb2.Struct) -> dict[str, str]:
-    """metadata.labels as a dict."""
-    found = structs.struct_at(obj, "metadata", "labels")
-    if found is None:
-        return {}
-    return {k: v.string_value for k, v in found.fields.items()}
 
 
 @dataclass(frozen=True)
@@ -213,7 +205,7 @@ def pull(
 
     None only when no rollout selects it and it keeps nothing a rollout gave it.
     """
-    labels = labels_of(xr)
+    labels = structs.labels_of(xr)
     record = _record(xr)
     selecting = _selecting(req, labels, record)
     if selecting is None:

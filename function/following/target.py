@@ -1,7 +1,7 @@
 """What a rollout means for one ClusterPlugin in one call, and what it reports back.
 
-``function/rollout/pull.py`` makes it; the ``CallContext`` carries it (``ctx.rollout``):
-``function/addons/helm.py`` takes an admitted cluster's chart versions and values from it in
+``function/following/pull.py`` makes it; the ``CallContext`` carries it (``ctx.rollout``):
+``function/addons/kit/helm.py`` takes an admitted cluster's chart versions and values from it in
 place of the Composition's, and the planner writes its ``report`` into ``status.rollout``,
 which the rollout reads back. Nothing here reads a request.
 """

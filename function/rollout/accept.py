@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from function import registry
-from function.addons.helm import owned_problems
+from function.addons.kit.helm import owned_problems
 from function.graph import Addon
 from function.rollout.spec import RolloutSpec
 from function.spec import invalid_input

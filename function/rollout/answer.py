@@ -2,7 +2,7 @@
 
 It composes nothing and writes only its own status. Each call it asks Crossplane for the
 ClusterPlugins its selector's labels match (across namespaces), reads what each reports in
-``status.rollout`` (``function/rollout/target.py``) and, for the current target's revision:
+``status.rollout`` (``function/following/target.py``) and, for the current target's revision:
 
 - finds each cluster's wave as the cluster itself does (``spec.wave_of``: labels, the bucket of
   its uid, the waves already open), so a cluster that has not reported yet is waited for, never
@@ -29,10 +29,11 @@ from pydantic import ValidationError
 
 from function import structs
 from function.accept import accept_step_input_struct as accept_step_input
+from function.clock import rfc3339, seconds_of
 from function.cluster import Requirements, Selector, supports_required_resources
 from function.flavour import XR_GROUP, XR_VERSION
+from function.following.target import FAILED, HEALTHY, SKIPPED
 from function.rollout.accept import parse
-from function.rollout.pull import labels_of
 from function.rollout.spec import (
     BUCKET_STEP,
     CANARY,
@@ -52,9 +53,7 @@ from function.rollout.spec import (
     wave_name,
     wave_of,
 )
-from function.rollout.target import FAILED, HEALTHY, SKIPPED
 from function.step_input import StepInput
-from function.upgrade import rfc3339, seconds_of
 
 # At most this many failed and skipped clusters are named in the status (the counts say all).
 LISTED = 20
@@ -81,7 +80,7 @@ def _members(
 ) -> list[Member]:
     out = []
     for obj in plugins:
-        labels = labels_of(obj)
+        labels = structs.labels_of(obj)
         if not spec.selector.matches(labels):
             continue  # a Crossplane that did not filter by label
         uid = structs.str_at(obj, "metadata", "uid") or ""

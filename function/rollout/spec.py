@@ -1,9 +1,9 @@
 """The ClusterPluginRollout's spec and status models, and what both sides compute alike.
 
-A rollout moves a fleet of ClusterPlugins to one target in waves (README, "Rolling out
+A rollout moves a fleet of ClusterPlugins to one target in waves (docs/fleet.md, "Rolling out
 across a fleet"). Two parties read these: the rollout's own answer (``function/rollout/
 answer.py``), which opens waves and publishes them in its status, and each ClusterPlugin
-(``function/rollout/pull.py``), which decides from that status, its own uid and its own
+(``function/following/pull.py``), which decides from that status, its own uid and its own
 labels whether it is admitted. The models are the source of the rollout's XRD (``make
 generate``); the bucket, the label match and the revision are here so that both sides
 compute them the same way.

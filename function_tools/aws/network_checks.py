@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from function.addons import security_groups
+from function.addons.kit import security_groups
 from function.cluster import EXTERNAL_RESOURCE_GC
 from function.graph import CONTROL_PLANE, NODE, PortNeed
 from function_tools.aws.checks import Check, Status, missing

@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from function.addons.oidc_issuer import DistributionMode
-from function.graph import external_issuer
+from function.context import external_issuer
 from function.names import partition_of
 from function.policies import DISCOVERY_KEY, JWKS_KEY, pod_identity_trust_policy
 from function.spec_base import IRSAMode

@@ -15,7 +15,7 @@ from typing import Any
 from function import cluster
 from function.accept import Accepted, region
 from function.cluster import ClusterFacts
-from function.graph import issuer_url
+from function.context import issuer_url
 from function.names import Names, Partition, partition_of
 from function.spec import ClusterPluginSpec
 from function_tools.resolve import accept_with_objects

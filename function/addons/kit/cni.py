@@ -6,7 +6,8 @@ pod network, wait for it and are deleted before it without knowing which it is.
 
 from __future__ import annotations
 
-from function.graph import CallContext, Usage, Wait, after, control_plane_available
+from function.context import CallContext
+from function.graph import Usage, Wait, after, control_plane_available
 
 RELEASE = "cni-release"
 

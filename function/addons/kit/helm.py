@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.graph import ROLLBACK_LIMIT, CallContext, Release, ValuesPath
+from function.context import CallContext
+from function.graph import ROLLBACK_LIMIT, Release, ValuesPath
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from function import structs
-from function.addons import ccm, cni, helm, irsa, pod_identity, security_groups
+from function.addons import ccm, irsa, pod_identity
+from function.addons.kit import cni, helm, security_groups
+from function.context import CallContext
 from function.graph import (
     Addon,
-    CallContext,
     Gate,
     Node,
     Plugin,

@@ -22,16 +22,8 @@ from pydantic import Field
 
 from function import structs
 from function.cluster import ClusterFacts, IngressRule
-from function.graph import (
-    BOTH,
-    CONTROL_PLANE,
-    NODE,
-    CallContext,
-    MissingFactError,
-    Node,
-    PortNeed,
-    Wait,
-)
+from function.context import CallContext
+from function.graph import BOTH, CONTROL_PLANE, NODE, MissingFactError, Node, PortNeed, Wait
 from function.names import CLUSTER_TAG
 from function.spec_base import StrictModel
 
