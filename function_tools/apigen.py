@@ -888,7 +888,10 @@ def _rollout_header(xr: XRType, what: str, sources: str) -> str:
             HEADER.format(sources=sources),
             "",
             f"ClusterPluginRollout {what}, for {flavour}; it selects {xr.kind}s by label.",
-            f'README, "Rolling out across a fleet". The function serving {xr.kind}s serves it.',
+            (
+                f'docs/fleet.md, "Rolling out across a fleet". The function serving {xr.kind}s '
+                "serves it."
+            ),
         ]
     )
 

@@ -595,7 +595,7 @@ def install_files(source: PackageSource) -> dict[str, str]:
             f"{source.function_name}, the name the Composition calls, and from "
             f"{PROVIDER_REGISTRY}: {providers} (unless they are installed already: aws "
             "provider-role prints the AWS ones using the providers' IRSA role). Where those "
-            "cannot be fetched, see the README (spec.skipDependencyResolution)."
+            "cannot be fetched, see docs/installing.md (spec.skipDependencyResolution)."
         )
         files[f"{folder}/configuration.yaml"] = apigen.to_yaml(body, header)
         files[f"{folder}/{CLUSTER_ROLE}"] = rbac[CLUSTER_ROLE]

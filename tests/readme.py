@@ -1,8 +1,9 @@
 """The README's install checklist, read as a user reads it: its steps, commands and snippets.
 
-The unit tests hold its steps to the release, the CLI and the packages (``tests/test_docs.py``,
-``tests/test_release.py``); the end-to-end install test (``e2e/controlplane/test_install*.py``)
-applies what its steps apply against a real control plane.
+Its details (what each step does, the ways around it) are a page of the docs site,
+``docs/installing.md``. The unit tests hold its steps to the release, the CLI and the packages
+(``tests/test_docs.py``, ``tests/test_release.py``); the end-to-end install test
+(``e2e/controlplane/test_install*.py``) applies what its steps apply against a real control plane.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from typing import Any
 
 import yaml
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 CHECKLIST = "## Install on a cluster"
+# The checklist's details: the README links to them.
+INSTALLING = ROOT / "docs" / "installing.md"
 DETAILS = "## Installing in detail"
 # A release's install folder as a checklist command names it, and what follows it.
 RELEASE_INSTALL = re.compile(r"dist/release/(?P<version>[^/\s]+)/install/(?P<path>[^\s'\"]*)")
@@ -23,9 +27,9 @@ _STEP = re.compile(r"^(\d+)\. ", re.M)
 _GET = re.compile(r"kubectl get (configuration[\w,]*)")
 
 
-def section(heading: str) -> str:
-    """The README's ``## heading`` section, up to the next ``## `` heading."""
-    text = README.read_text(encoding="utf-8")
+def section(heading: str, path: Path = README) -> str:
+    """The ``## heading`` section of ``path`` (the README), up to the next ``## `` heading."""
+    text = path.read_text(encoding="utf-8")
     start = text.index(f"\n{heading}\n") + 1
     end = text.find("\n## ", start + len(heading))
     return text[start : end if end >= 0 else len(text)]
@@ -38,7 +42,7 @@ def checklist() -> str:
 
 def quick_start() -> str:
     """The checklist and its details (the release, the providers, air-gapped clusters)."""
-    return checklist() + section(DETAILS)
+    return checklist() + section(DETAILS, INSTALLING)
 
 
 def _blocks(text: str, language: str) -> list[str]:

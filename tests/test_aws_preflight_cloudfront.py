@@ -1,7 +1,7 @@
 """``aws preflight`` for an issuer behind CloudFront, against moto (CloudFront, Route 53, ACM).
 
-Shared: the platform team's bucket, distribution and bucket policy are set up as README
-("IRSA") says, then each misconfiguration is planted and must be reported with its fix.
+Shared: the platform team's bucket, distribution and bucket policy are set up as docs/issuer.md
+says, then each misconfiguration is planted and must be reported with its fix.
 Managed: the certificate, the hosted zone, a domain some other distribution holds.
 ``--live`` is shown against an HTTP server on loopback standing in for the distribution.
 """
@@ -94,7 +94,7 @@ class Platform:
 
 
 def platform_bucket(s3: Any, region: str = "us-east-1") -> None:
-    """README's private bucket: ACLs off, all four Block Public Access flags."""
+    """docs/issuer.md's private bucket: ACLs off, all four Block Public Access flags."""
     create: dict[str, Any] = {"Bucket": BUCKET}
     if region != "us-east-1":
         create["CreateBucketConfiguration"] = {"LocationConstraint": region}
@@ -109,7 +109,7 @@ def platform_bucket(s3: Any, region: str = "us-east-1") -> None:
 
 
 def platform_setup(clients: Clients) -> Platform:
-    """README's steps: private bucket, OAC, distribution, the bucket policy."""
+    """docs/issuer.md's steps: private bucket, OAC, distribution, the bucket policy."""
     platform_bucket(clients.s3)
     dist = h.create_distribution(
         clients,
@@ -266,7 +266,7 @@ MISCONFIGURED = {
     "other-keys": (_policy_for_root_keys_only, "shared/bucket-policy", "does not let the distribution read team-c/api/", "/*/keys.json"),
     "website-origin": (_website_origin, "shared/distribution", "not from the bucket's REST endpoint", "REST endpoint"),
     "no-oac": (_no_oac, "shared/distribution", "has no origin access control", "origin access control (s3, always, sigv4)"),
-    "no-distribution": (_no_distribution, "shared/distribution", f"no CloudFront distribution in this account serves {DOMAIN}", "README, IRSA"),
+    "no-distribution": (_no_distribution, "shared/distribution", f"no CloudFront distribution in this account serves {DOMAIN}", "docs/issuer.md"),
 }
 
 

@@ -3,8 +3,8 @@
 - The node, add-on, Usage and port tables of docs/architecture.md are compared with what the
   add-on declarations give (the registry, each add-on's ``plugin``, gates and builders), so a
   node, gate, Usage or port that changes fails here until the document says it too.
-- Every section of docs/architecture.md the code and tests cite (by its heading, in quotes
-  after the file's name) is a heading there.
+- Every section of a docs/ page the code and tests cite (by its heading, in quotes after the
+  file's name, e.g. docs/architecture.md) is a heading there.
 - Every module of ``function/`` and ``function_tools/`` is listed under "The modules", and has a layer in "The layers"
   that its imports respect.
 - Every repository path, ``make`` target and ``function-cluster-plugin`` subcommand and flag the
@@ -14,7 +14,9 @@
 - The README's install checklist is at most eight steps of one command each, with no YAML to
   edit; it applies what ``make release`` writes, and generates the cluster the template values
   are for. The opening names the three paths and what ``make e2e`` needs; the table of contents
-  links every section.
+  links every section; the README is at most 400 lines and links every page of docs/, each a
+  page of the docs site (``mkdocs.yml``'s nav, docs/index.md), which ``tests/test_docs_site.py``
+  builds with broken links and anchors as errors.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import plan, registry
 from function.accept import Accepted
 from function.cluster import ClusterFacts
+from function.context import CallContext
 from function.flavour import LEGACY_XR, NAMESPACED_XR
-from function.graph import CallContext, Node, Observed, Readiness
+from function.graph import Node, Readiness
+from function.observed import Observed
 from function.step_input import StepInput
 from function_tools import apigen, resolve
 from function_tools.cli import cli
@@ -157,7 +161,7 @@ def _plugins(
     """The call's context and node name -> (plugin, node), as build_plan makes them."""
     ctx = accepted.context(facts, Observed(observed))
     plugins = [p for p in (b(ctx) for b in plan.PLUGIN_BUILDERS) if p is not None]
-    ctx.readiness = {n.name: n.readiness for p in plugins for n in p.nodes}
+    ctx = dataclasses.replace(ctx, readiness={n.name: n.readiness for p in plugins for n in p.nodes})
     return ctx, {n.name: (p.name, n) for p in plugins for n in p.nodes}
 
 
@@ -297,23 +301,29 @@ def test_the_port_table_is_what_the_addons_need() -> None:
 
 # --- citations and the module list ----------------------------------------------------------------
 
-CITATION = re.compile(r'docs/architecture\.md,\s*"([^"]+)"')
+CITATION = re.compile(r'docs/([\w-]+\.md),\s*"([^"]+)"')
 
 
-def _citations() -> Iterator[tuple[str, str]]:
+def _citations() -> Iterator[tuple[str, str, str]]:
+    """(citing file, cited page of docs/, cited section)."""
     for top in ("function", "function_tools", "tests", "e2e", "scripts", "benchmarks"):
         for path in sorted((ROOT / top).rglob("*.py")):
             # A citation may run over a comment's line break.
             text = re.sub(r"\n\s*#?\s*", " ", path.read_text())
-            for section in CITATION.findall(text):
-                yield str(path.relative_to(ROOT)), section
+            for page, section in CITATION.findall(text):
+                yield str(path.relative_to(ROOT)), page, section
 
 
 def test_every_cited_section_exists() -> None:
-    headings = set(_sections(ARCHITECTURE.read_text()))
     cited = list(_citations())
-    assert len(cited) >= 10  # guards the search itself
-    assert [c for c in cited if c[1] not in headings] == []
+    assert len([c for c in cited if c[1] == ARCHITECTURE.name]) >= 10  # guards the search itself
+    missing = [
+        c
+        for c in cited
+        if not (ROOT / "docs" / c[1]).is_file()
+        or c[2] not in _sections((ROOT / "docs" / c[1]).read_text())
+    ]
+    assert missing == []
 
 
 def test_the_sections_the_design_asks_for_exist() -> None:
@@ -444,8 +454,8 @@ def test_every_command_and_flag_named_exists(doc: Path) -> None:
         assert checked >= 5
 
 
-def test_the_serve_flags_the_readme_lists_exist() -> None:
-    operating = _sections((ROOT / "README.md").read_text())["Operating"]
+def test_the_serve_flags_the_docs_list_exist() -> None:
+    operating = _sections((ROOT / "docs" / "operating.md").read_text())["Operating"]
     flags = set(re.findall(r"`(--[\w\[\]-]+)`", operating))
     assert flags
     options = _options(cli.commands["serve"])
@@ -724,14 +734,72 @@ def test_the_opening_names_the_three_paths_and_what_make_e2e_needs() -> None:
         assert f"`{package}`" in paragraph, package
 
 
+def _anchor(heading: str) -> str:
+    """A heading's anchor, as GitHub and mkdocs make it (for the headings these documents have)."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
 def test_the_table_of_contents_links_every_section() -> None:
     text = README.read_text(encoding="utf-8")
     headings = [h for h in _sections(text) if text.count(f"\n## {h}\n")]
     contents = _sections(text)["Contents"]
     anchors = set(re.findall(r"\]\(#([\w-]+)\)", contents))
 
-    def anchor(heading: str) -> str:
-        return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+    assert sorted(anchors - {_anchor(h) for h in headings}) == []
+    unlinked = [h for h in headings if h != "Contents" and _anchor(h) not in anchors]
+    assert unlinked == []
 
-    assert sorted(anchors - {anchor(h) for h in headings}) == []
-    assert sorted(anchor(h) for h in headings if h != "Contents" and anchor(h) not in anchors) == []
+
+# --- the README is a user's path; the rest is the docs site ------------------------------------
+
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+ELSEWHERE = "Where everything else is"
+
+
+def test_the_readme_is_at_most_400_lines() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 400, len(lines)
+
+
+def test_the_readme_keeps_the_checklist_and_one_example_and_points_to_the_rest() -> None:
+    text = README.read_text(encoding="utf-8")
+    headings = [h for h in _sections(text) if text.count(f"\n## {h}\n")]
+    assert headings == ["Contents", "Install on a cluster", "Try it without a cluster", ELSEWHERE]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_docs_page_is_on_the_site_and_linked_from_the_readme(page: Path) -> None:
+    """A page has one title, the nav of mkdocs.yml lists it, and the README's last section and the
+    site's home page link it."""
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# "), page.name
+    assert len(_titles(text)) == 1, _titles(text)
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    assert page.name in [next(iter(entry.values())) for entry in nav]
+    if page.name != "index.md":
+        elsewhere = _sections(README.read_text(encoding="utf-8"))[ELSEWHERE]
+        assert re.search(rf"\]\(docs/{re.escape(page.name)}(#[\w-]+)?\)", elsewhere), page.name
+        home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+        assert f"]({page.name})" in home, page.name
+
+
+def _titles(text: str) -> list[str]:
+    """The ``# `` headings outside code blocks."""
+    outside = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.findall(r"^# (.+)$", outside, re.MULTILINE)
+
+
+def test_the_readme_links_into_the_docs_resolve() -> None:
+    """Every ``docs/<page>.md#anchor`` the README links is a page with that heading (the built
+    site's ids are checked in tests/test_docs_site.py too)."""
+    text = README.read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[\w-]+\.md)(?:#([\w-]+))?\)", text)
+    assert len(links) >= len(PAGES) - 1  # guards the search
+    problems = []
+    for path, anchor in links:
+        page = ROOT / path
+        if not page.is_file():
+            problems.append(path)
+        elif anchor and anchor not in {_anchor(h) for h in _sections(page.read_text())}:
+            problems.append(f"{path}#{anchor}")
+    assert problems == []

@@ -6,7 +6,7 @@ provider CAPA associates (``spec.associateOIDCProvider``), in moto's account.
 The account is the one the example's user has: a VPC with the security groups CAPA made for the
 example's AWSCluster, holding exactly the ingress rules CAPA authorizes for its spec
 (tests/capa.py, a model of CAPA's securitygroups.go), and what a platform team sets up beforehand
-as the README says (a Shared distribution's bucket; a Managed distribution's certificate and hosted
+as docs/issuer.md says (a Shared distribution's bucket; a Managed distribution's certificate and hosted
 zone; external-dns' hosted zones). Only ids AWS assigns are substituted: the security groups', and
 moto's for the placeholder certificate ARN and hosted zone ids. The command runs (through the CLI)
 before the function created anything and again after (what it composes, made with boto3 as in

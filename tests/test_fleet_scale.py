@@ -2,7 +2,7 @@
 
 The rollout's function reads every selected XR on each call (Crossplane v2.4 cannot send only
 some fields of a required resource), so its request grows with the fleet: about 6.4 KB per
-converged ClusterPlugin with its status and Crossplane's resourceRefs. README, "Rolling out
+converged ClusterPlugin with its status and Crossplane's resourceRefs. docs/fleet.md, "Rolling out
 across a fleet", gives the figures (request size, CPU per call) and where it stops scaling.
 """
 

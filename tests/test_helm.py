@@ -172,7 +172,7 @@ def test_every_default_chart_version_has_its_vendored_package():
         default = info.default
         key = info.alias or attr
         if default is None:
-            # Published in no Helm repository: the user names a mirror (the chart the README
+            # Published in no Helm repository: the user names a mirror (the chart docs/eks.md
             # tells them to push is the vendored one), and the Compositions name none.
             without_default.append(key)
             for path, charts in compositions.items():

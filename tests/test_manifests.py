@@ -331,7 +331,7 @@ def test_composition_input_parses_and_spells_out_the_defaults(
         "protectCluster",
     }
     # Every chart with a default source; the pod identity agent has none (no public Helm
-    # repository): the user adds their mirror (README, "EKS Pod Identity").
+    # repository): the user adds their mirror (docs/eks.md, "EKS (`AWSManagedControlPlane`)").
     fields = type(parsed.charts).model_fields.items()
     assert set(step_input["charts"]) == {f.alias or n for n, f in fields if f.default is not None}
     assert "podIdentityAgent" not in step_input["charts"]

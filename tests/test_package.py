@@ -13,7 +13,7 @@ stored copy names them):
   directories (crossplane-runtime pkg/parser/fsreader.go). ``--ignore`` globs are the only
   other exclusion. The default ``--examples-root`` is ./examples *relative to the working
   directory*, so from this repository's root it would embed examples/ (both flavours, Cluster
-  API objects); the README passes a path that does not exist, which the builder treats as "no
+  API objects); docs/development.md passes a path that does not exist, which the builder treats as "no
   examples" (crossplane-runtime/v2 pkg/xpkg/build.go, ``os.IsNotExist``).
 - Every YAML document is decoded with the meta scheme (meta.pkg.crossplane.io) or the object
   scheme; a kind neither knows is an error, not skipped (pkg/parser/parser.go). The decoder
@@ -480,8 +480,9 @@ def test_the_compositions_call_the_function_by_the_name_it_is_installed_under() 
 
 
 def test_packages_say_rbac_is_separate() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "packages cannot carry RBAC" in readme
+    # The install checklist's details (docs/installing.md, "Installing in detail") say it too.
+    installing = (ROOT / "docs" / "installing.md").read_text(encoding="utf-8")
+    assert "packages cannot carry RBAC" in installing
     for flavour in FLAVOURS:
         text = (APIS / flavour / META_FILE).read_text(encoding="utf-8")
         assert "apis/rbac/clusterrole.yaml" in text

@@ -407,7 +407,8 @@ def test_the_quick_start_mirror_rewrites_the_providers_the_packages_depend_on() 
 
 
 def test_the_readme_installs_nothing_nobody_published() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert not re.search(r"xpkg\.crossplane\.io/function-cluster-plugin/[a-z-]+:v", text)
+    for doc in (README, *sorted((README.parent / "docs").glob("*.md"))):
+        text = doc.read_text(encoding="utf-8")
+        assert not re.search(r"xpkg\.crossplane\.io/function-cluster-plugin/[a-z-]+:v", text), doc
     assert "make release REGISTRY=" in quick_start()
     assert "skipDependencyResolution: true" in quick_start()

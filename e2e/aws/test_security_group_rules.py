@@ -2,7 +2,7 @@
 
 v2.5.0 never creates such a rule (crossplane-contrib/provider-upjet-aws#2003, #2085): its first
 Observe of a rule that does not exist yet fails with "Missing Resource Identity After Read". No
-provider that creates them can be built from the Go module proxy (README, Development), so this
+provider that creates them can be built from the Go module proxy (docs/development.md, "Development"), so this
 does not show the rules working. It shows what the real provider says of one the function
 composed, and that the function reads it as it should: ``SecurityGroupsReady`` False with reason
 ``ProviderVersion``, naming the rule, the provider version and the fix, instead of Composing.

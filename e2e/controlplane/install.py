@@ -2,12 +2,12 @@
 
 The release (``make release`` and ``make release-push``: the ``published_release``
 fixture) is in a registry on loopback whose CA Crossplane trusts; each step below is the
-README's, with its files and snippets read from the release folder and the README:
+README's, with its files and snippets read from the release folder, the README and docs/installing.md:
 
 - ``kubectl apply -f`` of the flavour's folder the install step names, from the release's
   ``install/`` folder: the ClusterRole and the flavour's Configuration (server-side apply
   of the same objects; no kubectl is built here);
-- the ``ImageConfig`` mirror of the README, pointed at the registry's stand-in providers;
+- the ``ImageConfig`` mirror of docs/installing.md, pointed at the registry's stand-in providers;
 - the AWS provider config of step 4 (``install/<flavour>/provider-config/``).
 
 Crossplane's package manager does the rest. With ``--package-runtime=External`` nothing
@@ -58,7 +58,7 @@ def revision_name(package: str, digest: str, generation: int) -> str:
 def legacy_example_composition(package_composition: dict[str, Any]) -> dict[str, Any]:
     """examples/calico-legacy-claim/composition.yaml (its cluster's CAPI serves only v1beta1)
     calling the Function the package's Composition calls (the example names the default
-    registry's), as the README's Input table says to apply it beside the package's."""
+    registry's), as docs/input.md's table says to apply it beside the package's."""
     composition = yaml.safe_load((ROOT / "examples" / "calico-legacy-claim" / "composition.yaml").read_text())
     (function,) = {s["functionRef"]["name"] for s in package_composition["spec"]["pipeline"]}
     for step in composition["spec"]["pipeline"]:
@@ -133,7 +133,7 @@ class QuickStart:
                 self.kube.apply(doc)
 
     def mirror(self, provider_mirror: dict[str, Any]) -> dict[str, Any]:
-        """The README's ImageConfig, rewriting to where the stand-in providers are."""
+        """The ImageConfig of docs/installing.md, rewriting to where the stand-in providers are."""
         (image_config,) = [d for d in readme.yaml_blocks(readme.quick_start()) if d.get("kind") == "ImageConfig"]
         image_config = copy.deepcopy(image_config)
         image_config["spec"]["rewriteImage"]["prefix"] = provider_mirror["spec"]["rewriteImage"]["prefix"]

@@ -9,7 +9,7 @@ release of ``make release REGISTRY=<registry>/acme/platform`` pushed there
    Crossplane installs the function dependency from the registry, then stops at the
    first provider, and the Configuration stays unhealthy with its XRD and Composition
    not created. What it reports is recorded.
-2. The README's switch for that case: its ``ImageConfig`` mirror, pointed at stand-in
+2. docs/installing.md's switch for that case: its ``ImageConfig`` mirror, pointed at stand-in
    provider packages in the same registry (``provider_mirror``). Crossplane retries on
    its own and installs them under their original names.
 3. The AWS ``ClusterProviderConfig`` of step 4, and an XR (examples/selfhosted-full),
@@ -20,7 +20,7 @@ the pushed function package (its revision named after the digest release.json co
 and installs it under the name the Composition calls; it parses the package's Input CRD
 and, as for every function package, does not install it; the XRD and Composition come
 from the Configuration package; an XR composed through that Function converges as our
-InMemoryCrossplane does; the README names what Crossplane reports. What it does not prove: with
+InMemoryCrossplane does; docs/installing.md names what Crossplane reports. What it does not prove: with
 ``--package-runtime=External`` no Deployment runs the image inside the function package.
 The function served is the checkout's (``function-cluster-plugin serve`` with mTLS),
 reached through the revision's ``status.endpoint``. The test shows that what the

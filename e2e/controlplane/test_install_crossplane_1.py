@@ -6,11 +6,11 @@ test registry's CA, with the release of ``make release`` pushed there, the READM
 
 1. ``kubectl apply -f install/legacy/`` (the ClusterRole and the legacy Configuration, built for
    "1.17+, claims"). 1.20's package manager resolves the function dependency from the registry,
-   and the providers through the README's ``ImageConfig`` mirror (stand-ins in the same registry).
+   and the providers through docs/installing.md's ``ImageConfig`` mirror (stand-ins in the same registry).
 2. Step 4's ``ProviderConfig``, and a claim (examples/calico-legacy-claim), which converges
    through the Function Crossplane installed. The claim selects the example's own Composition
    (its cluster's CAPI serves only v1beta1), with ``functionRef`` set to the name the
-   package's Composition calls, as the README's Input table says.
+   package's Composition calls, as docs/input.md's table says.
 
 As in test_install.py, no Deployment runs a package's image (``--package-runtime=External``):
 the harness plays the runtime of the Function (the checkout's function, with mTLS) and of the

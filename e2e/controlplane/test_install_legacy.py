@@ -1,7 +1,7 @@
-"""The legacy Configuration from a registry, with the README's other switch: no resolution.
+"""The legacy Configuration from a registry, with docs/installing.md's other switch: no resolution.
 
 On a control plane of its own (one XRD flavour per API server: the legacy claim's CRD is
-the namespaced XR's name), trusting the test registry's CA, the README's second way for
+the namespaced XR's name), trusting the test registry's CA, docs/installing.md's second way for
 when the providers cannot be fetched:
 
 1. ``kubectl apply -f install/legacy/`` (the ClusterRole and the Configuration) with
@@ -13,7 +13,7 @@ when the providers cannot be fetched:
    "installed yourself": their CRDs are the control plane's, their controllers the driver.
 3. Step 4's ``ProviderConfig`` and a claim (examples/calico-legacy-claim), which converges
    through that Function. Its cluster's CAPI serves only the v1beta1 contract, so, as the
-   README's Input table says, the claim selects the example's own Composition asking for
+   docs/input.md's table says, the claim selects the example's own Composition asking for
    v1beta1, applied beside the package's with its ``functionRef`` set to the name the
    package's Composition calls.
 

@@ -73,7 +73,7 @@ def test_the_xr_converges_and_its_cluster_is_protected_once_apis_rbac_is_applied
     # Crossplane reads required resources through an informer, which then never syncs: its
     # log says "forbidden" at once, while the XR only says, two minutes later, "cannot get
     # required resource by name: Timeout: failed waiting for *unstructured.Unstructured
-    # Informer to sync" (README, "Install").
+    # Informer to sync" (docs/installing.md, "Installing in detail").
     refusal = r'cannot list resource \"clusters\" in API group \"cluster.x-k8s.io\"'
 
     def refused() -> list[str] | None:

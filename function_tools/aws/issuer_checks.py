@@ -87,7 +87,7 @@ def check_account_public_access_block(s3control: Any, account: str) -> Check:
         Status.FAIL,
         f"account {account}: " + "; ".join(why) + " (no bucket setting overrides the account's)",
         "where Block Public Access must stay on, set spec.irsa.hosting.type: CloudFront (the "
-        "documents in a private bucket behind CloudFront; README, IRSA). Otherwise "
+        "documents in a private bucket behind CloudFront; docs/issuer.md). Otherwise "
         f"aws s3control put-public-access-block --account-id {account} "
         f"--public-access-block-configuration {OPEN_BPA} (public ACLs stay blocked; the bucket "
         "policy exposes only the two discovery documents), or use spec.irsa.mode: External "
