@@ -28,7 +28,7 @@ from function_tools.aws.checks import Check, Status, absent, code, denied, tag_m
 CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
 ALL_FOUR = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
 PRIVATE_BPA = ",".join(f"{k}=true" for k in ALL_FOUR)
-SETUP = 'docs/issuer.md, "The IRSA issuer": what the platform team sets up once'
+SETUP = "docs/issuer.md: what the platform team sets up once"
 
 
 def check_account_public_access_block_behind_cloudfront() -> Check:
