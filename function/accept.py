@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from function import cluster, compat, registry, structs
 from function.addons import pod_identity
 from function.addons.oidc_issuer import DistributionMode
-from function.cluster import ClusterFacts, Lookup, Requirements
+from function.cluster import SERVED_CONTROL_PLANES, ClusterFacts, Lookup, Requirements
 from function.compat import minor_of
 from function.context import CallContext, issuer_url, own_struct
 from function.flavour import XR_TYPES, Flavour
@@ -458,6 +458,14 @@ def refuse_for_cluster(
     ``observed``: the composed resources (a pinned chart version a Release already runs is
     not refused: refusing would change nothing but stop the XR).
     """
+    kind = facts.control_plane_kind
+    if kind and kind not in SERVED_CONTROL_PLANES:
+        raise InvalidInputError(
+            "spec.clusterName",
+            f"Cluster {facts.namespace}/{accepted.spec.cluster_name}'s control plane is a {kind}; "
+            f"the function serves {' and '.join(SERVED_CONTROL_PLANES)} clusters (CAPA's kubeadm "
+            "and EKS flavours): nothing is composed for this one",
+        )
     if accepted.step.protect_cluster and not accepted.namespaced:
         raise InvalidInputError(
             "input.protectCluster",

@@ -50,6 +50,9 @@ REQ_FINALIZING = "finalizing/"
 
 EKS_CONTROL_PLANE = "AWSManagedControlPlane"
 KUBEADM_CONTROL_PLANE = "KubeadmControlPlane"
+# The control planes the function serves: any other (CAPA's ROSAControlPlane, another
+# provider's) is refused, not waited for.
+SERVED_CONTROL_PLANES = (KUBEADM_CONTROL_PLANE, EKS_CONTROL_PLANE)
 # CAPA's annotation on the AWSCluster or AWSManagedControlPlane: "false" turns its
 # garbage collection of the load balancers (and security groups) others made off.
 EXTERNAL_RESOURCE_GC = "aws.cluster.x-k8s.io/external-resource-gc"

@@ -101,6 +101,37 @@ def _set(value: Any, *path: str) -> Change:
     return change
 
 
+def _rosa_control_plane_read(required: list[dict[str, Any]]) -> None:
+    """The same with a ref by apiVersion, which the function asks for and reads."""
+    _rosa_control_plane(required)
+    for obj in required:
+        if obj["kind"] == "Cluster":
+            ref = obj["spec"]["controlPlaneRef"]
+            del ref["apiGroup"]
+            ref["apiVersion"] = "controlplane.cluster.x-k8s.io/v1beta2"
+    required.append(
+        {
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+            "kind": "ROSAControlPlane",
+            "metadata": {"name": "demo-control-plane", "namespace": "team-a"},
+            "spec": {"rosaClusterName": "demo", "region": "us-east-1"},
+            "status": {"ready": True},
+        }
+    )
+
+
+def _rosa_control_plane(required: list[dict[str, Any]]) -> None:
+    """CAPA's rosa flavour: the Cluster's control plane a ROSAControlPlane (a v1beta2 ref)."""
+    for obj in required:
+        if obj["kind"] == "Cluster":
+            obj["spec"]["controlPlaneRef"] = {
+                "apiGroup": "controlplane.cluster.x-k8s.io",
+                "kind": "ROSAControlPlane",
+                "name": "demo-control-plane",
+            }
+    required[:] = [o for o in required if o["kind"] != "KubeadmControlPlane"]
+
+
 def _no_oidc_provider(objs: list[dict[str, Any]]) -> None:
     cp = next(o for o in objs if o["kind"] == "AWSManagedControlPlane")
     cp["spec"].pop("associateOIDCProvider")
@@ -671,6 +702,19 @@ CASES = [
         also=("input.namePrefix: 'Acme' may hold only",),
     ),
     # --- against the cluster (function/accept.py refuse, the add-ons' cluster_problem) ---
+    Case(
+        "rosa-control-plane",
+        "spec.clusterName: Cluster team-a/demo's control plane is a ROSAControlPlane; the "
+        "function serves KubeadmControlPlane and AWSManagedControlPlane clusters (CAPA's kubeadm "
+        "and EKS flavours): nothing is composed for this one",
+        change_required=_rosa_control_plane,
+    ),
+    Case(
+        "rosa-control-plane-read",
+        "spec.clusterName: Cluster team-a/demo's control plane is a ROSAControlPlane; the "
+        "function serves KubeadmControlPlane and AWSManagedControlPlane clusters",
+        change_required=_rosa_control_plane_read,
+    ),
     Case(
         "chart-pinned-outside-the-minor",
         "spec.networking.calico.version: tigera-operator v3.32.1 supports Kubernetes 1.34 to "
