@@ -458,14 +458,7 @@ def refuse_for_cluster(
     ``observed``: the composed resources (a pinned chart version a Release already runs is
     not refused: refusing would change nothing but stop the XR).
     """
-    kind = facts.control_plane_kind
-    if kind and kind not in SERVED_CONTROL_PLANES:
-        raise InvalidInputError(
-            "spec.clusterName",
-            f"Cluster {facts.namespace}/{accepted.spec.cluster_name}'s control plane is a {kind}; "
-            f"the function serves {' and '.join(SERVED_CONTROL_PLANES)} clusters (CAPA's kubeadm "
-            "and EKS flavours): nothing is composed for this one",
-        )
+    _refuse_the_flavour(accepted, facts)
     if accepted.step.protect_cluster and not accepted.namespaced:
         raise InvalidInputError(
             "input.protectCluster",
@@ -489,6 +482,27 @@ def refuse_for_cluster(
         change = _issuer_change(accepted, recorded, region)
         if change:
             raise InvalidInputError("spec.irsa.hosting", change)
+
+
+def _refuse_the_flavour(accepted: Accepted, facts: ClusterFacts) -> None:
+    """A control plane the function does not serve, or an add-on EKS already manages."""
+    name = f"{facts.namespace}/{accepted.spec.cluster_name}"
+    kind = facts.control_plane_kind
+    if kind and kind not in SERVED_CONTROL_PLANES:
+        raise InvalidInputError(
+            "spec.clusterName",
+            f"Cluster {name}'s control plane is a {kind}; the function serves "
+            f"{' and '.join(SERVED_CONTROL_PLANES)} clusters (CAPA's kubeadm and EKS flavours): "
+            "nothing is composed for this one",
+        )
+    for addon in accepted.wanted:
+        if addon.eks_addon and addon.eks_addon in facts.eks_addons:
+            raise InvalidInputError(
+                addon.spec_path,
+                f"the AWSManagedControlPlane of {name} lists {addon.eks_addon} in spec.addons: "
+                f"EKS installs and manages {addon.title}, and a Release of it would fight EKS's; "
+                f"remove {addon.spec_path}, or remove {addon.eks_addon} from spec.addons",
+            )
 
 
 def _runs(observed: Mapping[str, fnv1.Resource], node: str, version: str) -> bool:

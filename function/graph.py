@@ -292,6 +292,9 @@ class Addon:
     status: Callable[[CallContext], Mapping[str, Any]] | None = None
     # Why the cluster the facts describe cannot have it (a FATAL on its spec_path), or None.
     cluster_problem: Callable[[ClusterPluginSpec, ClusterFacts], str | None] | None = None
+    # The EKS add-on (AWSManagedControlPlane.spec.addons[].name) that installs the same thing:
+    # listed there, EKS owns it, and a Release of it would fight EKS's (refused).
+    eks_addon: str = ""
     # Its controller makes load balancers, which CAPA must clean up when the cluster goes.
     makes_load_balancers: bool = False
     # Why a chart version of its release cannot be installed by the function (e.g. no IAM

@@ -101,6 +101,17 @@ def _set(value: Any, *path: str) -> Change:
     return change
 
 
+def _eks_addon(name: str) -> Callable[[list[dict[str, Any]]], None]:
+    """CAPA's eks-ipv6 and eks-managedmachinepool-vpccni flavours: EKS manages ``name``."""
+
+    def change(required: list[dict[str, Any]]) -> None:
+        for obj in required:
+            if obj["kind"] == "AWSManagedControlPlane":
+                obj["spec"].setdefault("addons", []).append({"name": name, "version": "v1.19.2-eksbuild.1"})
+
+    return change
+
+
 def _rosa_control_plane_read(required: list[dict[str, Any]]) -> None:
     """The same with a ref by apiVersion, which the function asks for and reads."""
     _rosa_control_plane(required)
@@ -702,6 +713,22 @@ CASES = [
         also=("input.namePrefix: 'Acme' may hold only",),
     ),
     # --- against the cluster (function/accept.py refuse, the add-ons' cluster_problem) ---
+    Case(
+        "eks-managed-vpc-cni",
+        "spec.networking.amazonVPC: the AWSManagedControlPlane of payments/prod lists vpc-cni in "
+        "spec.addons: EKS installs and manages the Amazon VPC CNI, and a Release of it would "
+        "fight EKS's; remove spec.networking.amazonVPC, or remove vpc-cni from spec.addons",
+        example="eks-pod-identity",
+        change_required=_eks_addon("vpc-cni"),
+    ),
+    Case(
+        "eks-managed-ebs-csi",
+        "spec.storage.ebs: the AWSManagedControlPlane of payments/prod lists aws-ebs-csi-driver in "
+        "spec.addons: EKS installs and manages the EBS CSI driver",
+        {"storage": {"ebs": {}}},
+        example="eks-pod-identity",
+        change_required=_eks_addon("aws-ebs-csi-driver"),
+    ),
     Case(
         "rosa-control-plane",
         "spec.clusterName: Cluster team-a/demo's control plane is a ROSAControlPlane; the "

@@ -87,6 +87,7 @@ ADDON = Addon(
     plugin,
     spec_path="spec.networking.amazonVPC",
     title="the Amazon VPC CNI",
+    eks_addon="vpc-cni",
     release=RELEASE,
     role=ROLE,
     owned_values=OWNED,
