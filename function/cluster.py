@@ -149,6 +149,10 @@ class ClusterFacts:
     region: str | None = None
     vpc_id: str | None = None
     pod_cidr: str | None = None
+    # The ClusterClass the Cluster is made from (spec.topology), if any: its control plane and
+    # infrastructure objects are then generated and owned by the topology controller, which
+    # reverts a direct edit (a fix belongs in the ClusterClass's templates or variables).
+    topology_class: str | None = None
     # role -> id of groups given in AWSCluster.spec.network.securityGroupOverrides
     sg_overrides: dict[str, str] = field(default_factory=dict)
     # role -> group CAPA manages and reports in status.networkStatus.securityGroups
@@ -536,6 +540,17 @@ def service_account_issuer(cp: struct_pb2.Struct) -> str | None:
     return _arg(cp, "service-account-issuer", *_API_SERVER_ARGS) or None
 
 
+def _topology_class(cluster: struct_pb2.Struct | None) -> str | None:
+    """The Cluster's ClusterClass: spec.topology.classRef.name (v1beta2) or .class (v1beta1)."""
+    if cluster is None:
+        return None
+    return (
+        structs.str_at(cluster, "spec", "topology", "classRef", "name")
+        or structs.str_at(cluster, "spec", "topology", "class")
+        or None
+    )
+
+
 def _eks_addons(cp: struct_pb2.Struct) -> dict[str, str]:
     """Name -> status of each add-on an AWSManagedControlPlane's spec.addons lists."""
     reported = {
@@ -663,6 +678,7 @@ def read_facts(
         region=region,
         vpc_id=vpc_id,
         pod_cidr=_pod_cidr(cluster, cp),
+        topology_class=_topology_class(cluster),
         sg_overrides=overrides,
         sg_managed=managed,
         kubernetes_cluster_name=eks_name or cluster_name,

@@ -211,6 +211,44 @@ def test_without_the_awsclusters_rules_the_function_says_they_are_missing() -> N
     assert conditions["SecurityGroupsReady"]["reason"] == "IngressRulesMissing", conditions
 
 
+def test_the_missing_rules_fix_names_the_referenced_awscluster_and_its_clusterclass() -> None:
+    """A Cluster made from a ClusterClass (CAPA's simple-clusterclass flavour): its AWSCluster is
+    generated (another name) and owned by the topology controller, which reverts a direct edit."""
+    objs = _objects(_values())
+    aws_cluster = capa_template.one(objs, "AWSCluster")
+    del aws_cluster["spec"]["network"]["cni"]
+    generated = f"{CLUSTER}-x7k2p"
+    aws_cluster["metadata"]["name"] = generated
+    cluster = capa_template.one(objs, "Cluster")
+    cluster["spec"]["infrastructureRef"]["name"] = generated
+    xr = capa_template.one(objs, "ClusterPlugin")
+    required = [*capa_template.settled(objs), capa_template.sa_secret(NAMESPACE, CLUSTER)]
+
+    def message(topology: dict[str, object] | None) -> str:
+        objects = copy.deepcopy(required)
+        if topology is not None:
+            capa_template.one(objects, "Cluster")["spec"]["topology"] = topology
+        world = InMemoryCrossplane(copy.deepcopy(xr), objects, ready_delay=1, runner=fn.run)
+        world.reconcile()
+        got = {c["type"]: c for c in world.xr["status"]["conditions"]}["SecurityGroupsReady"]
+        assert got["reason"] == "IngressRulesMissing", got
+        return str(got["message"])
+
+    plain = message(None)
+    assert f"Set AWSCluster {NAMESPACE}/{generated} spec.network.cni.cniIngressRules" in plain
+    assert "ClusterClass" not in plain
+    for topology in (
+        {"classRef": {"name": "quick-start"}, "version": "v1.33.4"},  # v1beta2
+        {"class": "quick-start", "version": "v1.33.4"},  # v1beta1
+    ):
+        fix = message(topology)
+        assert (
+            f"The Cluster is made from ClusterClass quick-start: the topology controller owns "
+            f"AWSCluster {NAMESPACE}/{generated} and reverts a direct edit" in fix
+        ), fix
+        assert "AWSClusterTemplate" in fix
+
+
 def test_template_values_says_which_prefix_it_used() -> None:
     runner = CliRunner()
     base = ["template-values", CLUSTER, "--namespace", NAMESPACE, "--region", REGION]

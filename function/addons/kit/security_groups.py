@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import Field
 
 from function import structs
-from function.cluster import ClusterFacts, IngressRule
+from function.cluster import ClusterFacts, IngressRule, infrastructure_name
 from function.context import CallContext
 from function.graph import BOTH, CONTROL_PLANE, NODE, MissingFactError, Node, PortNeed, Wait
 from function.names import CLUSTER_TAG
@@ -194,7 +194,13 @@ def report(ctx: CallContext, emitted: set[str]) -> SecurityGroupReport:  # noqa:
         return SecurityGroupReport(
             "False",
             "IngressRulesMissing",
-            _fix_message(ctx.facts.namespace, ctx.spec.cluster_name, wanted, tuple(missing)),
+            _fix_message(
+                ctx.facts.namespace,
+                infrastructure_name(ctx.facts) or ctx.spec.cluster_name,
+                ctx.facts.topology_class,
+                wanted,
+                tuple(missing),
+            ),
             "Warning",
         )
     if unknown:
@@ -246,16 +252,32 @@ def _provider_bug(names: list[str]) -> str:
 # The same message on every call until someone fixes the AWSCluster: kept per cluster.
 @functools.lru_cache(maxsize=256)
 def _fix_message(
-    namespace: str, cluster: str, wanted: tuple[PortNeed, ...], missing: tuple[PortNeed, ...]
+    namespace: str,
+    aws_cluster: str,
+    topology_class: str | None,
+    wanted: tuple[PortNeed, ...],
+    missing: tuple[PortNeed, ...],
 ) -> str:
+    """What to set, and where.
+
+    On the AWSCluster the Cluster references (``aws_cluster``), or, for a Cluster made from a
+    ClusterClass, on what the topology controller makes that AWSCluster from.
+    """
     purposes = ", ".join(sorted({n.purpose for n in missing}))
     parts = [f"CAPA-managed security groups lack ports for {purposes}."]
+    if topology_class:
+        parts.append(
+            f"The Cluster is made from ClusterClass {topology_class}: the topology controller "
+            f"owns AWSCluster {namespace}/{aws_cluster} and reverts a direct edit, so set what "
+            "follows in the ClusterClass's AWSClusterTemplate (spec.template.spec.network), or "
+            "through a variable the ClusterClass patches into it."
+        )
     cni = [n for n in wanted if n.capa_list == "cniIngressRules"]
     if any(n.capa_list == "cniIngressRules" for n in missing):
         # Setting cniIngressRules replaces CAPA's default Calico rules, so the
         # list given is the whole set the CNI needs, not just what is missing.
         entries = json.dumps([n.capa_entry() for n in cni], separators=(", ", ": "))
-        where = f"AWSCluster {namespace}/{cluster}"
+        where = f"AWSCluster {namespace}/{aws_cluster}"
         parts.append(f"Set {where} spec.network.cni.cniIngressRules to {entries}.")
     node = [n for n in missing if n.capa_list == "additionalNodeIngressRules"]
     if node:
