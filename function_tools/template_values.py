@@ -145,6 +145,25 @@ def template_problem(values: TemplateValues, template: str) -> str | None:
     except yaml.YAMLError as err:
         raise yaml_error(Path(template), err) from None
     planes = [d for d in docs if d.get("kind") == KUBEADM_CONTROL_PLANE]
+    topology = next(
+        (
+            (d.get("spec") or {}).get("topology")
+            for d in docs
+            if d.get("kind") == "Cluster" and (d.get("spec") or {}).get("topology")
+        ),
+        None,
+    )
+    if not planes and isinstance(topology, dict):
+        ref = topology.get("classRef") if isinstance(topology.get("classRef"), dict) else {}
+        klass = ref.get("name") or topology.get("class") or "?"
+        return (
+            f"{template} makes its Cluster from ClusterClass {klass} (spec.topology): the topology "
+            f"controller makes its {KUBEADM_CONTROL_PLANE} from the ClusterClass's "
+            f"{KUBEADM_CONTROL_PLANE}Template and patches, which this command does not read; "
+            f"give the API server --service-account-issuer ${{{ISSUER_VARIABLE}}} "
+            f"({values.issuer_url}) there, or use a template that holds the "
+            f"{KUBEADM_CONTROL_PLANE} itself"
+        )
     if not planes:
         return (
             f"{template} holds no {KUBEADM_CONTROL_PLANE}: nothing starts the API server with "

@@ -317,6 +317,23 @@ def test_template_values_checks_the_templates_issuer_before_anything_is_composed
     result = _template_values("--template", str(unset))
     assert result.exit_code == 1
     assert "sets no --service-account-issuer, so the API server signs with kubeadm's default" in result.output
+    # A ClusterClass template (CAPA's simple-clusterclass: a Cluster with spec.topology and no
+    # KubeadmControlPlane of its own): said why, and where the issuer goes.
+    clusterclass = tmp_path / "clusterclass.yaml"
+    clusterclass.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "Cluster",
+                "metadata": {"name": "${CLUSTER_NAME}"},
+                "spec": {"topology": {"classRef": {"name": "quick-start"}, "version": "v1.33.4"}},
+            }
+        )
+    )
+    result = _template_values("--template", str(clusterclass))
+    assert result.exit_code == 1
+    assert f"{clusterclass} makes its Cluster from ClusterClass quick-start (spec.topology)" in result.output
+    assert f"--service-account-issuer ${{CLUSTER_PLUGIN_ISSUER_URL}} ({issuer_url})" in result.output
     # Not a template at all: one line, exit 2.
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [")
