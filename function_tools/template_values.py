@@ -154,11 +154,11 @@ def template_problem(values: TemplateValues, template: str) -> str | None:
         None,
     )
     if not planes and isinstance(topology, dict):
-        ref = topology.get("classRef") if isinstance(topology.get("classRef"), dict) else {}
-        klass = ref.get("name") or topology.get("class") or "?"
+        ref = topology.get("classRef")
+        klass = (ref.get("name") if isinstance(ref, dict) else None) or topology.get("class")
         return (
-            f"{template} makes its Cluster from ClusterClass {klass} (spec.topology): the topology "
-            f"controller makes its {KUBEADM_CONTROL_PLANE} from the ClusterClass's "
+            f"{template} makes its Cluster from ClusterClass {klass or '?'} (spec.topology): the "
+            f"topology controller makes its {KUBEADM_CONTROL_PLANE} from the ClusterClass's "
             f"{KUBEADM_CONTROL_PLANE}Template and patches, which this command does not read; "
             f"give the API server --service-account-issuer ${{{ISSUER_VARIABLE}}} "
             f"({values.issuer_url}) there, or use a template that holds the "
